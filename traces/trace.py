@@ -1,0 +1,61 @@
+"""The one in-memory trace: arrays of arrival times and token counts, one entry per request.
+
+On disk a trace is a CSV `arrival_s,prompt_tokens,output_tokens` with optional columns
+(`request_id`, `priority`, `block_hashes`); `traces.io` loads and validates it and converts the
+public formats into it. Both the real engine and the simulator replay a `Trace`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Trace:
+    """Requests in arrival order.
+
+    arrival_s: seconds, non-decreasing (float64).
+    prompt_tokens, output_tokens: positive token counts (int64).
+    request_id: optional ids, unique.
+    priority: optional integer priority per request (lower runs first).
+    block_hashes: optional per-request list of prompt block hashes (prefix caching).
+    name: where it came from, for messages and reports.
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    request_id: list[str] | None = None
+    priority: np.ndarray | None = None
+    block_hashes: list[list[int]] | None = None
+    name: str = "trace"
+
+    def __post_init__(self) -> None:
+        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
+        self.prompt_tokens = np.asarray(self.prompt_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(self.output_tokens, dtype=np.int64)
+        n = len(self.arrival_s)
+        for label, col in (("prompt_tokens", self.prompt_tokens), ("output_tokens", self.output_tokens),
+                           ("request_id", self.request_id), ("priority", self.priority),
+                           ("block_hashes", self.block_hashes)):
+            if col is not None and len(col) != n:
+                raise ValueError(f"{self.name}: {label} has {len(col)} entries, arrival_s has {n}")
+        if self.priority is not None:
+            self.priority = np.asarray(self.priority, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def ids(self) -> list[str]:
+        """Request ids: the trace's own, or the row index."""
+        return self.request_id if self.request_id is not None else [str(i) for i in range(len(self))]
+
+    @property
+    def span_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Mean arrival rate, requests per second."""
+        return (len(self) - 1) / self.span_s if self.span_s > 0 else float("nan")
