@@ -67,8 +67,9 @@ def _pad(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor
 @torch.inference_mode()
 def generate(model: Qwen2, prompts: list[list[int]], max_new_tokens: int = 256, *, engine: str = "batched",
              run_id: str = "", stop_at_eos: bool = False, decoder=None) -> Generation:
-    """Greedy generation with one of the engines. `decoder` (a `GraphDecoder`) replaces the
-    eager decode pass with replayed CUDA graphs; everything else stays the same."""
+    """Greedy generation with one of the engines. `decoder` (an `engine.cuda_graphs.GraphDecoder`)
+    owns the KV cache and runs the prefill and decode passes with fused kernels replayed as CUDA
+    graphs; the loop, the clock and the pass log stay the same."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -107,18 +108,23 @@ def generate(model: Qwen2, prompts: list[list[int]], max_new_tokens: int = 256, 
             if stop_at_eos and _all_done(done, nxt, eos):
                 break
     else:
-        cache = KVCache(model.config, B, max(prompt_lens) + max_new_tokens, model.embed_tokens.weight.dtype, device)
+        max_len = max(prompt_lens) + max_new_tokens
+        if decoder is not None:
+            cache = decoder.cache(B, max_len)
+        else:
+            cache = KVCache(model.config, B, max_len, model.embed_tokens.weight.dtype, device)
         begin = clock.mark()
-        positions = torch.arange(tokens.shape[1], device=device).expand(B, -1)
-        hidden = model(tokens, positions, cache, causal=same_length)
-        nxt = model.logits(hidden[rows, lens - 1]).argmax(-1)
+        if decoder is not None and same_length:
+            nxt = decoder.prefill(tokens)
+        else:
+            positions = torch.arange(tokens.shape[1], device=device).expand(B, -1)
+            hidden = model(tokens, positions, cache, causal=same_length)
+            nxt = model.logits(hidden[rows, lens - 1]).argmax(-1)
         out[:, 0] = nxt
         marks.append((begin, clock.mark()))
         shapes.append((list(prompt_lens), [0] * B))
         finished = stop_at_eos and _all_done(done, nxt, eos)
         positions = lens.clone()  # where each sequence's next token goes
-        if decoder is not None:
-            decoder.begin(cache, B)
         for step in range(1, max_new_tokens):
             if finished:
                 break
