@@ -67,6 +67,8 @@ BAD_PROJECT_FILES = {
     "repeated column": ("arrival_s,prompt_tokens,output_tokens,arrival_s\n0,1,1,0\n", 1, "more than once"),
     "unparsable time": (HEADER + "0,1,1\nsoon,1,1\n", 3, "arrival_s must be a finite number"),
     "infinite time": (HEADER + "inf,1,1\n", 2, "finite"),
+    "boolean time": (HEADER + "True,1,1\nFalse,1,1\n", 2, "arrival_s must be a finite number"),
+    "huge length": (HEADER + "0,99999999999999999999999,1\n", 2, "prompt_tokens must be a whole number"),
     "negative time": (HEADER + "-1,1,1\n", 2, "arrival_s is negative"),
     "negative length": (HEADER + "0,1,1\n1,-5,1\n", 3, "prompt_tokens is negative"),
     "zero output": (HEADER + "0,1,0\n", 2, "output_tokens must be at least 1"),

@@ -1,15 +1,18 @@
 """Reading CSV traces fast and strictly: every cell checked, every error located by line.
 
-Files are read with pandas in chunks of `CHUNK_ROWS` rows, every cell as text, so that a
-week-long production trace (tens of millions of rows) loads in bounded memory and the checks
-run vectorised. Each chunk is indexed by the 1-based line number of its rows in the file
-(the header is line 1), so a bad cell's line is its index. Nothing here builds a `Trace`: the
-callers check every chunk first and assemble the trace only at the end (all-or-nothing).
+Files are read with pandas in chunks of `CHUNK_ROWS` rows, so that a week-long production trace
+(tens of millions of rows) loads in bounded memory with vectorised checks. Each chunk is indexed
+by the 1-based line number of its rows (the header is line 1), so a bad cell's line is its index.
+
+`read_columns` reads a file twice only when it must: first letting pandas parse numbers in C
+(fast); if a number column then has the wrong type (a word, a blank, a fraction), again with
+every cell as text, where the parsers find and name the first bad cell. Nothing here builds a
+`Trace`: callers get whole checked columns and assemble the trace at the end (all-or-nothing).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -18,6 +21,12 @@ from traces.errors import TraceError
 
 CHUNK_ROWS = 1_000_000
 ENCODING = "utf-8-sig"  # tolerate the byte-order mark spreadsheet programs write
+
+Parser = Callable[[pd.Series, Path, str], "np.ndarray | list"]
+
+
+class _NeedsText(Exception):
+    """A number column came back with the wrong type: re-read as text to name the bad cell."""
 
 
 def read_header(path: Path) -> list[str]:
@@ -49,14 +58,37 @@ def require_columns(path: Path, header: list[str], required: list[str],
                                       f"{', '.join(required + optional)})")
 
 
-def data_chunks(path: Path, header: list[str]) -> Iterator[pd.DataFrame]:
-    """The data rows as text, a chunk at a time, indexed by line number; at least one row.
+def read_columns(path: Path, header: list[str], parsers: dict[str, Parser],
+                 text_columns: tuple[str, ...] = ()) -> dict[str, np.ndarray | list]:
+    """Each column named in `parsers`, parsed and checked over the whole file; `text_columns`
+    are never parsed as numbers by pandas (times, ids, hash lists)."""
+    try:
+        return _read_columns(path, header, parsers, text_columns, as_text=False)
+    except _NeedsText:
+        return _read_columns(path, header, parsers, text_columns, as_text=True)
+
+
+def _read_columns(path: Path, header: list[str], parsers: dict[str, Parser],
+                  text_columns: tuple[str, ...], as_text: bool) -> dict[str, np.ndarray | list]:
+    parts: dict[str, list] = {name: [] for name in parsers}
+    for chunk in data_chunks(path, header, text_columns, as_text):
+        for name, parse in parsers.items():
+            parts[name].append(parse(chunk[name], path, name))
+    return {name: np.concatenate(p) if isinstance(p[0], np.ndarray) else [x for part in p for x in part]
+            for name, p in parts.items()}
+
+
+def data_chunks(path: Path, header: list[str], text_columns: tuple[str, ...] = (),
+                as_text: bool = True) -> Iterator[pd.DataFrame]:
+    """The data rows a chunk at a time, indexed by line number; at least one row. With
+    `as_text` every cell is a string, else pandas infers number columns.
 
     Blank lines are errors, except at the very end of the file (editors leave them there).
     """
-    reader = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False,
-                         skip_blank_lines=False, index_col=False, chunksize=CHUNK_ROWS,
-                         encoding=ENCODING)
+    text = str if as_text else {c: str for c in text_columns if c in header}
+    reader = pd.read_csv(path, dtype=text,
+                         keep_default_na=False, na_filter=False, skip_blank_lines=False,
+                         index_col=False, chunksize=CHUNK_ROWS, encoding=ENCODING)
     first_blank = None  # line of a blank row that only more blank rows may follow
     rows = 0
     try:
@@ -97,7 +129,7 @@ def _tail(message: str) -> str:
 
 def _first_bad(col: pd.Series, bad: np.ndarray) -> tuple[int, str]:
     i = int(np.flatnonzero(bad)[0])
-    return int(col.index[i]), col.iloc[i]
+    return int(col.index[i]), str(col.iloc[i]).strip()
 
 
 def _check_present(col: pd.Series, path: Path, what: str) -> None:
@@ -109,36 +141,53 @@ def _check_present(col: pd.Series, path: Path, what: str) -> None:
 
 def integers(col: pd.Series, path: Path, what: str, minimum: int | None = None) -> np.ndarray:
     """Whole numbers written as such ("12", not "12.0" or "1e3"), at least `minimum` if given."""
-    values = pd.to_numeric(col, errors="coerce")
-    if values.dtype.kind not in "iu":
-        _check_present(col, path, what)
-        bad = ~col.str.fullmatch(r"\s*-?\d{1,18}\s*").to_numpy(dtype=bool)
-        if bad.any():
-            line, text = _first_bad(col, bad)
-            raise TraceError(path, line, f"{what} must be a whole number, got {text.strip()!r}")
-        values = col.str.strip().astype(np.int64)
-    values = values.to_numpy(dtype=np.int64)
+    if col.dtype.kind == "i":
+        values = col.to_numpy(dtype=np.int64)
+    elif col.dtype.kind in "fub":  # parsed as numbers, but not all whole: find out on the text
+        raise _NeedsText
+    else:
+        values = _integers_from_text(col, path, what)
     if minimum is not None:
         low = values < minimum
         if low.any():
             line, text = _first_bad(col, low)
             kind = "is negative" if int(text) < 0 else f"must be at least {minimum}"
-            raise TraceError(path, line, f"{what} {kind}, got {text.strip()}")
+            raise TraceError(path, line, f"{what} {kind}, got {text}")
     return values
+
+
+def _integers_from_text(col: pd.Series, path: Path, what: str) -> np.ndarray:
+    col = col.astype(str)  # pandas may hand over Python ints too big for int64
+    values = pd.to_numeric(col, errors="coerce")
+    if values.dtype.kind != "i":
+        _check_present(col, path, what)
+        bad = ~col.str.fullmatch(r"\s*-?\d{1,18}\s*").to_numpy(dtype=bool)
+        if bad.any():
+            line, text = _first_bad(col, bad)
+            raise TraceError(path, line, f"{what} must be a whole number, got {text!r}")
+        values = col.str.strip().astype(np.int64)
+    return values.to_numpy(dtype=np.int64)
 
 
 def seconds(col: pd.Series, path: Path, what: str) -> np.ndarray:
     """Finite, non-negative numbers of seconds."""
-    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+    if col.dtype.kind in "iuf":
+        values = col.to_numpy(dtype=np.float64)
+    elif col.dtype.kind == "b":  # "True"/"False" parsed as booleans: no times
+        raise _NeedsText
+    else:
+        col = col.astype(str)
+        values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if bad.any():
-        _check_present(col, path, what)
+        if col.dtype.kind not in "iuf":
+            _check_present(col, path, what)
         line, text = _first_bad(col, bad)
-        raise TraceError(path, line, f"{what} must be a finite number of seconds, got {text.strip()!r}")
+        raise TraceError(path, line, f"{what} must be a finite number of seconds, got {text!r}")
     negative = values < 0
     if negative.any():
         line, text = _first_bad(col, negative)
-        raise TraceError(path, line, f"{what} is negative, got {text.strip()}")
+        raise TraceError(path, line, f"{what} is negative, got {text}")
     return values
 
 
@@ -151,6 +200,6 @@ def timestamps_ns(col: pd.Series, path: Path, what: str) -> np.ndarray:
     if bad.any():
         _check_present(col, path, what)
         line, text = _first_bad(col, bad)
-        raise TraceError(path, line, f"{what} {text.strip()!r} is not a date and time "
+        raise TraceError(path, line, f"{what} {text!r} is not a date and time "
                                      "like 2023-11-16 18:15:46.6805900")
     return times.dt.as_unit("ns").astype("int64").to_numpy()

@@ -10,13 +10,13 @@ converted by `traces.public`; `load_trace` picks the right reader from the heade
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from traces.csvfile import (ENCODING, data_chunks, integers, read_header, require_columns,
-                            seconds)
+from traces.csvfile import ENCODING, integers, read_columns, read_header, require_columns, seconds
 from traces.errors import TraceError
 from traces.public import load_azure, load_burstgpt, load_mooncake
 from traces.trace import Trace
@@ -89,35 +89,18 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
 def _load_project(path: Path) -> Trace:
     header = read_header(path)
     require_columns(path, header, REQUIRED, OPTIONAL)
-    parts: dict[str, list] = {name: [] for name in header}
-    for chunk in data_chunks(path, header):
-        parts["arrival_s"].append(seconds(chunk["arrival_s"], path, "arrival_s"))
-        parts["prompt_tokens"].append(integers(chunk["prompt_tokens"], path, "prompt_tokens", 1))
-        parts["output_tokens"].append(integers(chunk["output_tokens"], path, "output_tokens", 1))
-        if "request_id" in parts:
-            parts["request_id"].append(_request_ids(chunk["request_id"], path))
-        if "priority" in parts:
-            parts["priority"].append(integers(chunk["priority"], path, "priority"))
-        if "block_hashes" in parts:
-            parts["block_hashes"].append(_block_hashes(chunk["block_hashes"], path))
-    arrival_s = np.concatenate(parts["arrival_s"])
-    _check_time_order(path, arrival_s)
-    request_id = _joined(parts.get("request_id"))
-    if request_id is not None:
-        _check_unique(path, request_id)
-    return Trace(
-        arrival_s=arrival_s,
-        prompt_tokens=np.concatenate(parts["prompt_tokens"]),
-        output_tokens=np.concatenate(parts["output_tokens"]),
-        request_id=request_id,
-        priority=np.concatenate(parts["priority"]) if "priority" in parts else None,
-        block_hashes=_joined(parts.get("block_hashes")),
-        name=path.stem,
-    )
-
-
-def _joined(chunks: list[list] | None) -> list | None:
-    return None if chunks is None else [x for chunk in chunks for x in chunk]
+    at_least_one = partial(integers, minimum=1)
+    parsers = {"arrival_s": seconds, "prompt_tokens": at_least_one, "output_tokens": at_least_one,
+               "request_id": _request_ids, "priority": integers, "block_hashes": _block_hashes}
+    columns = read_columns(path, header, {c: parsers[c] for c in header},
+                           text_columns=("request_id", "block_hashes"))
+    _check_time_order(path, columns["arrival_s"])
+    if "request_id" in columns:
+        _check_unique(path, columns["request_id"])
+    return Trace(arrival_s=columns["arrival_s"], prompt_tokens=columns["prompt_tokens"],
+                 output_tokens=columns["output_tokens"], request_id=columns.get("request_id"),
+                 priority=columns.get("priority"), block_hashes=columns.get("block_hashes"),
+                 name=path.stem)
 
 
 def _line(row: int) -> int:
@@ -125,20 +108,20 @@ def _line(row: int) -> int:
     return row + 2
 
 
-def _request_ids(col: pd.Series, path: Path) -> list[str]:
-    for line, cell in col.items():
-        if not cell.strip():
-            raise TraceError(path, line, "missing request_id")
+def _request_ids(col: pd.Series, path: Path, what: str) -> list[str]:
+    blank = (col.str.strip() == "").to_numpy()
+    if blank.any():
+        raise TraceError(path, int(col.index[blank.argmax()]), f"missing {what}")
     return col.tolist()
 
 
-def _block_hashes(col: pd.Series, path: Path) -> list[list[int]]:
+def _block_hashes(col: pd.Series, path: Path, what: str) -> list[list[int]]:
     hashes = []
     for line, cell in col.items():
         try:
             hashes.append([int(h) for h in cell.split()])
         except ValueError:
-            raise TraceError(path, line, "block_hashes must be whole numbers separated by spaces, "
+            raise TraceError(path, line, f"{what} must be whole numbers separated by spaces, "
                                          f"got {cell!r}") from None
     return hashes
 

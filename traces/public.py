@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from traces.csvfile import data_chunks, integers, read_header, require_columns, seconds, timestamps_ns
+from traces.csvfile import integers, read_columns, read_header, require_columns, seconds, timestamps_ns
 from traces.errors import TraceError
 from traces.trace import Trace
 
 MOONCAKE_BLOCK_TOKENS = 512  # each Mooncake hash id stands for one block of this many prompt tokens
+
+_count = partial(integers, minimum=0)  # zeros are allowed here, then dropped and counted
 
 
 def load_azure(path: str | Path) -> Trace:
@@ -31,13 +34,10 @@ def load_azure(path: str | Path) -> Trace:
     path = Path(path)
     header = read_header(path)
     require_columns(path, header, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-    times, prompts, outputs = [], [], []
-    for chunk in data_chunks(path, header):
-        times.append(timestamps_ns(chunk["TIMESTAMP"], path, "TIMESTAMP"))
-        prompts.append(integers(chunk["ContextTokens"], path, "ContextTokens", 0))
-        outputs.append(integers(chunk["GeneratedTokens"], path, "GeneratedTokens", 0))
-    return _finish(path, np.concatenate(times), 1e9, np.concatenate(prompts),
-                   np.concatenate(outputs), zero_output="dropped_zero_output")
+    columns = read_columns(path, header, {"TIMESTAMP": timestamps_ns, "ContextTokens": _count,
+                                          "GeneratedTokens": _count}, text_columns=("TIMESTAMP",))
+    return _finish(path, columns["TIMESTAMP"], 1e9, columns["ContextTokens"],
+                   columns["GeneratedTokens"], zero_output="dropped_zero_output")
 
 
 def load_burstgpt(path: str | Path) -> Trace:
@@ -48,13 +48,10 @@ def load_burstgpt(path: str | Path) -> Trace:
     path = Path(path)
     header = read_header(path)
     require_columns(path, header, ["Timestamp", "Request tokens", "Response tokens"])
-    times, prompts, outputs = [], [], []
-    for chunk in data_chunks(path, header):
-        times.append(seconds(chunk["Timestamp"], path, "Timestamp"))
-        prompts.append(integers(chunk["Request tokens"], path, "Request tokens", 0))
-        outputs.append(integers(chunk["Response tokens"], path, "Response tokens", 0))
-    return _finish(path, np.concatenate(times), 1.0, np.concatenate(prompts),
-                   np.concatenate(outputs), zero_output="dropped_failed")
+    columns = read_columns(path, header, {"Timestamp": seconds, "Request tokens": _count,
+                                          "Response tokens": _count})
+    return _finish(path, columns["Timestamp"], 1.0, columns["Request tokens"],
+                   columns["Response tokens"], zero_output="dropped_failed")
 
 
 def load_mooncake(path: str | Path) -> Trace:
