@@ -113,6 +113,13 @@ def test_errors_after_the_first_chunk_are_still_caught_with_their_line(tmp_path,
     assert len(load_trace(write(tmp_path, HEADER + good + "\n\n\n"))) == 7
 
 
+def test_bytes_that_are_not_text_fail_as_a_bad_cell_with_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(HEADER.encode() + b"0,1,1\n1,\xff\xfe,1\n")
+    with pytest.raises(TraceError, match=r"line 3: prompt_tokens must be a whole number"):
+        load_trace(path)
+
+
 def test_missing_file_is_a_file_not_found_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such trace file"):
         load_trace(tmp_path / "nope.csv")

@@ -31,7 +31,7 @@ class _NeedsText(Exception):
 
 def read_header(path: Path) -> list[str]:
     """The column names on line 1, stripped; an error for an empty file or a repeated name."""
-    with open(path, encoding=ENCODING, newline="") as f:
+    with open(path, encoding=ENCODING, errors="replace", newline="") as f:
         first = f.readline()
     names = [name.strip() for name in first.rstrip("\r\n").split(",")]
     if not first:
@@ -88,7 +88,8 @@ def data_chunks(path: Path, header: list[str], text_columns: tuple[str, ...] = (
     text = str if as_text else {c: str for c in text_columns if c in header}
     reader = pd.read_csv(path, dtype=text,
                          keep_default_na=False, na_filter=False, skip_blank_lines=False,
-                         index_col=False, chunksize=CHUNK_ROWS, encoding=ENCODING)
+                         index_col=False, chunksize=CHUNK_ROWS, encoding=ENCODING,
+                         encoding_errors="replace")  # bytes that are not UTF-8 fail as bad cells
     first_blank = None  # line of a blank row that only more blank rows may follow
     rows = 0
     try:

@@ -51,7 +51,7 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     if path.suffix == ".jsonl":
         return "mooncake"
-    with open(path, encoding=ENCODING, newline="") as f:
+    with open(path, encoding=ENCODING, errors="replace", newline="") as f:
         first = f.readline()
     if first.lstrip().startswith("{"):
         return "mooncake"

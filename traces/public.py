@@ -61,7 +61,7 @@ def load_mooncake(path: str | Path) -> Trace:
     path = Path(path)
     times, prompts, outputs, hashes = [], [], [], []
     any_hashes = False
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line, text in enumerate(f, start=1):
             if not text.strip():
                 continue
