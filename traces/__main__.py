@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--duration", type=float, required=True, help="seconds")
         else:
             size = sub.add_mutually_exclusive_group(required=kind != "fixed")
-            size.add_argument("--n", type=int, help="number of requests")
+            size.add_argument("--n", type=int, help="number of requests" +
+                              (" (default 100)" if kind == "fixed" else ""))
             size.add_argument("--duration", type=float, help="seconds of arrivals")
         if kind != "fixed":
             sub.add_argument("--prompt", type=lengths, default=256,

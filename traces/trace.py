@@ -51,8 +51,8 @@ class Trace:
         return len(self.arrival_s)
 
     def take(self, index: np.ndarray) -> "Trace":
-        """The requests at `index` (integer positions or a boolean mask), optional columns kept;
-        the tools use it so that no column is forgotten when a trace is cut."""
+        """The requests at `index` (integer positions or a boolean mask), optional columns kept
+        (notes stay with the original); the tools use it so that no column is forgotten."""
         index = np.asarray(index)
         if index.dtype == bool:
             index = np.flatnonzero(index)
