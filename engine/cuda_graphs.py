@@ -52,8 +52,9 @@ class GraphDecoder:
     `cache`, then `prefill`, then `step` once per token."""
 
     def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None):
-        if model.embed_tokens.weight.device.type != "cuda":
-            raise ValueError("the CUDA-graph decoder needs the model on a CUDA device")
+        if use_graphs and model.embed_tokens.weight.device.type != "cuda":
+            raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
+                             "without them, e.g. in Triton's CPU interpreter)")
         self.model, self.use_graphs = model, use_graphs
         self.fast = FastPath(model, b1_tiles)
         self.pool = torch.cuda.graph_pool_handle() if use_graphs else None
@@ -67,7 +68,8 @@ class GraphDecoder:
         if self.shape != (batch, max_len):
             self._prefills.clear()
             self._decode = self._cache = None
-            torch.cuda.empty_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             device, c = self.model.embed_tokens.weight.device, self.model.config
             self._cache = KVCache(c, batch, max_len, self.model.embed_tokens.weight.dtype, device)
             self.tokens = torch.zeros(batch, dtype=torch.long, device=device)

@@ -42,7 +42,10 @@ def _gemv_kernel(W, X, NW, Res, Out, N, eps, K: tl.constexpr, BLOCK_K_ALL: tl.co
                  NORM: tl.constexpr, RESIDUAL: tl.constexpr, R: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * R + tl.arange(0, R)
     row_ok = rows < N
-    rstd = _rstd(X, K, eps, BLOCK_K_ALL) if NORM else 1.0
+    if NORM:
+        rstd = _rstd(X, K, eps, BLOCK_K_ALL)
+    else:
+        rstd = 1.0
     acc = tl.zeros([R, BK], tl.float32)
     for k0 in range(0, K, BK):
         cols = k0 + tl.arange(0, BK)
