@@ -36,11 +36,21 @@ class FastPath:
                         l.mlp.down_proj.weight) for l in model.layers]
         self.embed, self.final_norm, self.lm_head = model.embed_tokens.weight, model.norm.weight, model.lm_head_weight
         self.cos, self.sin = model.rotary.cos, model.rotary.sin
-        # Rows per program and input tile width of each batch-1 kernel (tuned on an H200).
-        self.tiles = {"qkv": (16, 512), "o": (8,), "gate_up": (16, 512), "down": (8, 512), "lm_head": (16, 512)}
+        # (rows per program, input tile width, warps) of each batch-1 kernel, from
+        # benchmarks/profile_decode.py on an H200; "o_fused" merges the attention slices inside
+        # the O projection instead of in a separate combine launch.
+        self.tiles = {"qkv": (4, 256, 4), "o": (4, 512, 4), "gate_up": (4, 256, 4), "down": (2, 1024, 4),
+                      "lm_head": (8, 512, 4), "o_fused": False}
         self.tiles.update(b1_tiles or {})
         half = self.head_dim // 2  # a qkv program covers rows in both halves of one head
-        self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), self.tiles["qkv"][1])
+        self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), *self.tiles["qkv"][1:])
+        self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling
+
+    def _mark(self, label: str) -> None:
+        if self.trace is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.trace.append((label, event))
 
     def _greedy(self, hidden: Tensor) -> Tensor:
         """Final norm, lm_head, argmax for hidden [N, H]."""
@@ -49,42 +59,75 @@ class FastPath:
 
     def decode_b1(self, token: Tensor, position: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
         """One decode pass at batch 1: token, position are [1] device tensors."""
-        t = self.tiles
+        t, mark = self.tiles, self._mark
         h = self.embed[token].view(-1)  # a fresh buffer the kernels update in place
         q = torch.empty(self.heads * self.head_dim, dtype=h.dtype, device=h.device)
+        attn_out = torch.empty_like(q)
         act = torch.empty(self.config.intermediate_size, dtype=h.dtype, device=h.device)
         lens = position + 1
+        mark("embed")
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
                              cache.v[i], self.heads, self.kv_heads, *t["qkv"])
+            mark("qkv+norm+rope")
             attention.partials(q, cache.k[i], cache.v[i], lens)
-            G.o_proj_residual(w_o, attention, h, *t["o"])
+            mark("attention")
+            if t["o_fused"]:
+                G.o_proj_residual(w_o, attention, h, t["o"][0], t["o"][2])
+            else:
+                attention.combine(attn_out)
+                mark("attention merge")
+                G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2])
+            mark("o+residual")
             G.gate_up_silu(w_gu, h, ln2, self.eps, act, *t["gate_up"])
-            G.gemv(w_down, act, h, residual=h, rows=t["down"][0], block_k=t["down"][1])
+            mark("gate_up+norm+silu")
+            G.gemv(w_down, act, h, residual=h, rows=t["down"][0], block_k=t["down"][1], warps=t["down"][2])
+            mark("down+residual")
         logits = torch.empty(self.lm_head.shape[0], dtype=h.dtype, device=h.device)
         G.gemv(self.lm_head, h, logits, norm_weight=self.final_norm, eps=self.eps,
-               rows=t["lm_head"][0], block_k=t["lm_head"][1])
-        return logits.argmax(-1, keepdim=True)
+               rows=t["lm_head"][0], block_k=t["lm_head"][1], warps=t["lm_head"][2])
+        mark("lm_head+norm")
+        token = logits.argmax(-1, keepdim=True)
+        mark("argmax")
+        return token
 
     def decode(self, tokens: Tensor, positions: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
         """One decode pass for a batch: tokens, positions [B] device tensors."""
-        B = tokens.shape[0]
+        B, mark = tokens.shape[0], self._mark
         h = self.embed[tokens]
         x = torch.empty_like(h)
         q = torch.empty(B, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
         attn_out = torch.empty(B, self.heads * self.head_dim, dtype=h.dtype, device=h.device)
+        act = h.new_empty(B, self.config.intermediate_size)
         lens = positions + 1
+        mark("embed")
         delta = None  # the previous block's output, added to h by the next norm
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             rmsnorm(h, ln1, self.eps, x, delta)
+            mark("residual+norm")
             qkv = F.linear(x, w_qkv, b_qkv)
+            mark("qkv")
             rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
                            self.kv_heads, 1)
+            mark("rope+cache write")
             attention.partials(q, cache.k[i], cache.v[i], lens)
-            rmsnorm(h, ln2, self.eps, x, F.linear(attention.combine(attn_out), w_o))
-            delta = F.linear(silu_mul(F.linear(x, w_gu), h.new_empty(B, w_down.shape[1])), w_down)
+            mark("attention")
+            attention.combine(attn_out)
+            mark("attention merge")
+            o = F.linear(attn_out, w_o)
+            mark("o")
+            rmsnorm(h, ln2, self.eps, x, o)
+            mark("residual+norm")
+            gate_up = F.linear(x, w_gu)
+            mark("gate_up")
+            silu_mul(gate_up, act)
+            mark("silu*up")
+            delta = F.linear(act, w_down)
+            mark("down")
         h += delta
-        return self._greedy(h)
+        token = self._greedy(h)
+        mark("norm+lm_head+argmax")
+        return token
 
     def prefill(self, tokens: Tensor, cache: KVCache) -> Tensor:
         """The prefill pass of B fresh prompts of one length T: tokens [B, T]."""

@@ -12,7 +12,7 @@ from engine.engines import generate  # noqa: E402
 from engine.weights import build_random  # noqa: E402
 
 # Tiles small enough for the tiny model's shapes (hidden 64, head_dim 16, intermediate 128).
-TINY_TILES = {"qkv": (8, 64), "o": (8,), "gate_up": (16, 64), "down": (8, 128), "lm_head": (4096, 64)}
+TINY_TILES = {"qkv": (8, 64, 4), "o": (8, 64, 4), "gate_up": (16, 64, 4), "down": (8, 128, 4), "lm_head": (4096, 64, 4)}
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,12 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 
 
 @triton.jit
+def _rounded_product(a, b):
+    """a * b rounded to a's dtype, as a separate eager multiply would be."""
+    return (a.to(tl.float32) * b.to(tl.float32)).to(a.dtype)
+
+
+@triton.jit
 def _rope_cache_kernel(QKV, Pos, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_h,
                        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, ALL: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
@@ -52,8 +58,9 @@ def _rope_cache_kernel(QKV, Pos, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_
     sin = tl.load(Sin + pos * D + j)[None, :]
     rotate = (h < HEADS + KV_HEADS)[:, None]
     # x * cos + rotate_half(x) * sin, rounded after each product as the eager model's fp16 ops are
-    r1 = tl.where(rotate, (x1 * cos).to(x1.dtype) + (-x2 * sin).to(x1.dtype), x1)
-    r2 = tl.where(rotate, (x2 * cos).to(x1.dtype) + (x1 * sin).to(x1.dtype), x2)
+    # (products taken in fp32 and rounded explicitly, so the compiler cannot fuse them into an FMA)
+    r1 = tl.where(rotate, _rounded_product(x1, cos) - _rounded_product(x2, sin), x1)
+    r2 = tl.where(rotate, _rounded_product(x2, cos) + _rounded_product(x1, sin), x2)
     is_q = (h < HEADS)[:, None]
     q_off = Q + tok * HEADS * D + h[:, None] * D + j[None, :]
     tl.store(q_off, r1, mask=is_q)

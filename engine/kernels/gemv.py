@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.elementwise import _rounded_product
+
 
 @triton.jit
 def _rstd(X, H: tl.constexpr, eps, BLOCK_H: tl.constexpr):
@@ -60,14 +62,15 @@ def _gemv_kernel(W, X, NW, Res, Out, N, eps, K: tl.constexpr, BLOCK_K_ALL: tl.co
 
 
 def gemv(weight: torch.Tensor, x: torch.Tensor, out: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-         eps: float = 1e-6, residual: torch.Tensor | None = None, rows: int = 16, block_k: int = 512) -> torch.Tensor:
+         eps: float = 1e-6, residual: torch.Tensor | None = None, rows: int = 16, block_k: int = 512,
+         warps: int = 4) -> torch.Tensor:
     """out = W @ RMSNorm(x) (with norm_weight) or residual + W @ x (with residual; out may be
     the residual itself). W [N, K], x [K]."""
     N, K = weight.shape
     _gemv_kernel[(triton.cdiv(N, rows),)](
         weight, x, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
         N, eps, K=K, BLOCK_K_ALL=triton.next_power_of_2(K), NORM=norm_weight is not None,
-        RESIDUAL=residual is not None, R=rows, BK=block_k)
+        RESIDUAL=residual is not None, R=rows, BK=block_k, num_warps=warps)
     return out
 
 
@@ -98,8 +101,8 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_str
     if head < HEADS + KV_HEADS:  # rotary, rounded as the eager model's fp16 products are
         cos = tl.load(Cos + pos * D + j)
         sin = tl.load(Sin + pos * D + j)
-        r1 = (a1 * cos).to(dtype) + (-a2 * sin).to(dtype)
-        r2 = (a2 * cos).to(dtype) + (a1 * sin).to(dtype)
+        r1 = _rounded_product(a1, cos) - _rounded_product(a2, sin)
+        r2 = _rounded_product(a2, cos) + _rounded_product(a1, sin)
         a1, a2 = r1, r2
     if head < HEADS:
         tl.store(Q + head * D + j, a1)
@@ -115,7 +118,7 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_str
 
 
 def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out, k_cache, v_cache,
-                   heads: int, kv_heads: int, rows: int = 16, block_k: int = 512) -> None:
+                   heads: int, kv_heads: int, rows: int = 16, block_k: int = 512, warps: int = 4) -> None:
     """Batch 1: q_out [heads*D] and the caches [1, kv_heads, S, D] at `position` ([1] tensor) from
     h [H], through RMSNorm, the fused q|k|v projection with bias, and rotary."""
     H = h.shape[-1]
@@ -123,7 +126,7 @@ def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out,
     grid = ((heads + 2 * kv_heads) * (D // 2 // rows),)
     _qkv_rope_cache_kernel[grid](weight, bias, h, norm_weight, position, cos, sin, q_out, k_cache, v_cache, eps,
                                  k_cache.stride(1), H=H, BLOCK_H=triton.next_power_of_2(H), HEADS=heads,
-                                 KV_HEADS=kv_heads, D=D, R=rows, BK=block_k)
+                                 KV_HEADS=kv_heads, D=D, R=rows, BK=block_k, num_warps=warps)
 
 
 @triton.jit
@@ -148,12 +151,12 @@ def _o_proj_residual_kernel(W, Acc, M, L, Hres, N, HEADS: tl.constexpr, D: tl.co
     tl.store(Hres + rows, tl.load(Hres + rows, mask=row_ok, other=0.0) + y, mask=row_ok)
 
 
-def o_proj_residual(weight, attention, h, rows: int = 8) -> None:
+def o_proj_residual(weight, attention, h, rows: int = 8, warps: int = 4) -> None:
     """Batch 1: h += W_o @ attention, merging `attention`'s (a DecodeAttention) slices on the way."""
     N = weight.shape[0]
     _o_proj_residual_kernel[(triton.cdiv(N, rows),)](
         weight, attention.acc, attention.m, attention.l, h, N, HEADS=attention.heads, D=attention.head_dim,
-        SPLITS=attention.splits, SPLITS_PAD=triton.next_power_of_2(attention.splits), R=rows)
+        SPLITS=attention.splits, SPLITS_PAD=triton.next_power_of_2(attention.splits), R=rows, num_warps=warps)
 
 
 @triton.jit
@@ -176,9 +179,10 @@ def _gate_up_silu_kernel(W, X, NW, Out, eps, I: tl.constexpr, H: tl.constexpr, B
     tl.store(Out + rows, (g * tl.sigmoid(g)).to(dtype) * u, mask=row_ok)
 
 
-def gate_up_silu(weight, h, norm_weight, eps, out, rows: int = 16, block_k: int = 512) -> None:
+def gate_up_silu(weight, h, norm_weight, eps, out, rows: int = 16, block_k: int = 512, warps: int = 4) -> None:
     """Batch 1: out [I] = silu(gate) * up of RMSNorm(h) through the fused gate|up weight [2I, H]."""
     I = out.shape[-1]
     H = h.shape[-1]
     _gate_up_silu_kernel[(triton.cdiv(I, rows),)](weight, h, norm_weight, out, eps, I=I, H=H,
-                                                  BLOCK_H=triton.next_power_of_2(H), R=rows, BK=block_k)
+                                                  BLOCK_H=triton.next_power_of_2(H), R=rows, BK=block_k,
+                                                  num_warps=warps)
