@@ -39,7 +39,7 @@ def chain_time_us(fns) -> float:
     with torch.cuda.graph(g):
         for f in fns:
             f()
-    return triton.testing.do_bench(g.replay, warmup=50, rep=300, return_mode="median") * 1e3 / len(fns)
+    return triton.testing.do_bench(g.replay, warmup=25, rep=100, return_mode="median") * 1e3 / len(fns)
 
 
 def tune_b1_tiles(cache_len: int, context: int) -> tuple[dict, list]:
@@ -60,23 +60,20 @@ def tune_b1_tiles(cache_len: int, context: int) -> tuple[dict, list]:
     pos = torch.tensor([context - 1], device=dev)
     lens = pos + 1
     attn = DecodeAttention(1, heads, kvh, D, cache_len, dev)
-    attn.partials(q, cache.k[0], cache.v[0], lens)
     grid = lambda rs, bks, ws: [(R, BK, W) for R in rs for BK in bks for W in ws]  # noqa: E731
     candidates = {
-        "qkv": (grid((2, 4, 8), (256, 512, 2048), (4,)) + [(4, 256, 8), (4, 512, 8)], 2 * qkv_n * H,
+        "qkv": (grid((2, 4), (256, 512), (2, 4, 8)), 2 * qkv_n * H,
                 lambda t: [lambda i=i: G.qkv_rope_cache(w_qkv[i], b_qkv[i], h, norm, 1e-6, pos, cos, sin, q,
                                                         cache.k[i], cache.v[i], heads, kvh, *t) for i in range(L)]),
-        "o": (grid((2, 4, 8), (256, 512, 2048), (4,)), 2 * H * H,
+        "o": (grid((4, 8), (512, 2048), (4, 8)), 2 * H * H,
               lambda t: [lambda i=i: G.gemv(w_o[i], attn_out, h, residual=h, rows=t[0], block_k=t[1], warps=t[2])
                          for i in range(L)]),
-        "o_fused": (grid((4, 8), (0,), (4, 8)), 2 * H * H,
-                    lambda t: [lambda i=i: G.o_proj_residual(w_o[i], attn, h, t[0], t[2]) for i in range(L)]),
         "gate_up": (grid((2, 4, 8), (256, 512), (4, 8)), 2 * 2 * I * H,
                     lambda t: [lambda i=i: G.gate_up_silu(w_gu[i], h, norm, 1e-6, act, *t) for i in range(L)]),
-        "down": (grid((2, 4, 8), (1024, 2048, 4096), (4, 8)), 2 * H * I,
+        "down": (grid((1, 2), (2048, 4096, 8192), (4, 8, 16)), 2 * H * I,
                  lambda t: [lambda i=i: G.gemv(w_down[i], act, h, residual=h, rows=t[0], block_k=t[1], warps=t[2])
                             for i in range(L)]),
-        "lm_head": (grid((4, 8, 16), (256, 512), (4, 8)), 2 * c.vocab_size * H,
+        "lm_head": (grid((8, 16, 32), (512,), (4, 8)), 2 * c.vocab_size * H,
                     lambda t: [lambda: G.gemv(emb, h, logits, norm_weight=norm, rows=t[0], block_k=t[1], warps=t[2])]),
     }
     best, table = {}, []
@@ -90,21 +87,15 @@ def tune_b1_tiles(cache_len: int, context: int) -> tuple[dict, list]:
         timings.sort()
         best[name] = timings[0][1]
         table.append((name, timings[0][1], timings[0][0], nbytes / timings[0][0] / 1e3, timings[1:4]))
-    merge_us = chain_time_us([lambda: attn.combine(attn_out)] * L)
-    attn_us = chain_time_us([lambda i=i: attn.partials(q, cache.k[i], cache.v[i], lens) for i in range(L)])
-    fused = next(x for x in table if x[0] == "o_fused")[2]
-    plain = next(x for x in table if x[0] == "o")[2] + merge_us
-    tiles = {k: tuple(v) for k, v in best.items() if k != "o_fused"}
-    tiles["o_fused"] = fused < plain
-    if tiles["o_fused"]:
-        tiles["o"] = (best["o_fused"][0], 0, best["o_fused"][2])
+    attn_us = chain_time_us([lambda i=i: attn(q, cache.k[i], cache.v[i], lens, attn_out) for i in range(L)])
+    tiles = {k: tuple(v) for k, v in best.items()}
     print(f"\nbatch-1 kernels, per launch (graph replay of {L} launches on distinct weights), "
           f"cache {cache_len}, context {context}")
     print(f"{'kernel':<10}{'best tiles':<16}{'us':>8}{'GB/s':>9}   next best (us)")
     for name, t, us, gbs, others in table:
         print(f"{name:<10}{str(t):<16}{us:>8.2f}{gbs:>9.0f}   " + " ".join(f"{tt}:{u:.1f}" for u, tt in others))
-    print(f"{'attention':<26}{attn_us:>8.2f}\n{'merge':<26}{merge_us:>8.2f}")
-    print(f"O projection: fused merge {fused:.2f} us vs merge + gemv {plain:.2f} us -> o_fused={tiles['o_fused']}")
+    print(f"{'attention':<26}{attn_us:>8.2f}")
+    table.append(("attention", (), attn_us, 0.0, []))
     return tiles, table
 
 
@@ -113,12 +104,12 @@ def step_profile(model, batch: int, tiles: dict, prompt: str = "p256", new_token
     ids = prompt_ids(prompt)
     dec = GraphDecoder(model, True, tiles)
     cache = dec.cache(batch, len(ids) + new_tokens)
-    first = dec.prefill(torch.tensor([ids] * batch, device="cuda"))
+    first = dec.prefill(torch.tensor([ids] * batch, device="cuda")).clone()
     pos = torch.full((batch,), len(ids) + new_tokens // 2, device="cuda")  # mid-way through the output
     step_ms = triton.testing.do_bench(lambda: dec.step(first, pos), warmup=20, rep=200, return_mode="median")
     fast = dec.fast
-    run = (lambda: fast.decode_b1(first, pos, cache, dec.attention)) if batch == 1 else \
-        (lambda: fast.decode(first, pos, cache, dec.attention))
+    step = fast.decode_b1 if batch == 1 else fast.decode
+    run = lambda: step(first, pos, cache, dec.attention)  # noqa: E731
     run()
     torch.cuda.synchronize()
     fast.trace = []

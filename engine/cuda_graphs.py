@@ -5,7 +5,8 @@ more than the GPU's work. A CUDA graph records the launches of one pass once and
 a single call. Graphs need fixed memory, so the decoder owns the KV cache and static input buffers
 for one (batch size, cache length) at a time, captured the first time that shape is asked for
 (nano-vllm captures per batch-size bucket up front; a closed benchmark asks for one shape many
-times, so capturing on first use is enough here). All graphs share one memory pool.
+times, so capturing on first use is enough here). Each graph keeps its own memory pool: graphs
+sharing one may hand each other's live outputs out as scratch.
 
 `use_graphs=False` runs the very same kernels without capture: the GPU test compares the two.
 """
@@ -26,7 +27,7 @@ PREFILL_GRAPH_TOKENS = 32768  # larger prefills launch few, long kernels: no gra
 class _Graph:
     """One captured callable with its static inputs and output."""
 
-    def __init__(self, fn: Callable[[], Tensor], pool, use_graphs: bool):
+    def __init__(self, fn: Callable[[], Tensor], use_graphs: bool):
         self.fn, self.graph = fn, None
         if not use_graphs:
             return
@@ -37,7 +38,7 @@ class _Graph:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        with torch.cuda.graph(self.graph):
             self.out = fn()
 
     def __call__(self) -> Tensor:
@@ -57,7 +58,6 @@ class GraphDecoder:
                              "without them, e.g. in Triton's CPU interpreter)")
         self.model, self.use_graphs = model, use_graphs
         self.fast = FastPath(model, b1_tiles)
-        self.pool = torch.cuda.graph_pool_handle() if use_graphs else None
         self.shape: tuple[int, int] | None = None
         self._cache: KVCache | None = None
         self._prefills: dict[tuple[int, int], _Graph] = {}
@@ -78,7 +78,7 @@ class GraphDecoder:
                                              max_len, device)
             step = self.fast.decode_b1 if batch == 1 else self.fast.decode
             self._decode = _Graph(lambda: step(self.tokens, self.positions, self._cache, self.attention),
-                                  self.pool, self.use_graphs)
+                                  self.use_graphs)
             self.shape = (batch, max_len)
         return self._cache
 
@@ -89,7 +89,7 @@ class GraphDecoder:
             return self.fast.prefill(tokens, self._cache)
         if (B, T) not in self._prefills:
             static = tokens.clone()
-            graph = _Graph(lambda: self.fast.prefill(static, self._cache), self.pool, self.use_graphs)
+            graph = _Graph(lambda: self.fast.prefill(static, self._cache), self.use_graphs)
             self._prefills[(B, T)] = graph
             graph.static = static
         graph = self._prefills[(B, T)]

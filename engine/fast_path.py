@@ -4,8 +4,8 @@ Same weights, same cache, same function as `Qwen2.forward` (the eager path, whic
 run); fewer launches and no host work inside a pass, so the passes can be captured as CUDA graphs
 (`engine.cuda_graphs`).
 
-- `decode_b1`: batch 1, five kernels a layer, each a matrix-vector product with the small
-  operations folded in (`engine.kernels.gemv`).
+- `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
+  operations folded in (`engine.kernels.gemv`) and the attention.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
 - `prefill`: fresh prompts of one length; as `decode`, with flash attention over the prompt.
@@ -37,10 +37,9 @@ class FastPath:
         self.embed, self.final_norm, self.lm_head = model.embed_tokens.weight, model.norm.weight, model.lm_head_weight
         self.cos, self.sin = model.rotary.cos, model.rotary.sin
         # (rows per program, input tile width, warps) of each batch-1 kernel, from
-        # benchmarks/profile_decode.py on an H200; "o_fused" merges the attention slices inside
-        # the O projection instead of in a separate combine launch.
-        self.tiles = {"qkv": (4, 256, 4), "o": (4, 512, 4), "gate_up": (4, 256, 4), "down": (2, 1024, 4),
-                      "lm_head": (8, 512, 4), "o_fused": False}
+        # benchmarks/profile_decode.py on an H200.
+        self.tiles = {"qkv": (2, 512, 4), "o": (8, 2048, 4), "gate_up": (4, 256, 4), "down": (2, 2048, 8),
+                      "lm_head": (16, 512, 8)}
         self.tiles.update(b1_tiles or {})
         half = self.head_dim // 2  # a qkv program covers rows in both halves of one head
         self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), *self.tiles["qkv"][1:])
@@ -70,14 +69,9 @@ class FastPath:
             G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
                              cache.v[i], self.heads, self.kv_heads, *t["qkv"])
             mark("qkv+norm+rope")
-            attention.partials(q, cache.k[i], cache.v[i], lens)
+            attention(q, cache.k[i], cache.v[i], lens, attn_out)
             mark("attention")
-            if t["o_fused"]:
-                G.o_proj_residual(w_o, attention, h, t["o"][0], t["o"][2])
-            else:
-                attention.combine(attn_out)
-                mark("attention merge")
-                G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2])
+            G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2])
             mark("o+residual")
             G.gate_up_silu(w_gu, h, ln2, self.eps, act, *t["gate_up"])
             mark("gate_up+norm+silu")
@@ -110,10 +104,8 @@ class FastPath:
             rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
                            self.kv_heads, 1)
             mark("rope+cache write")
-            attention.partials(q, cache.k[i], cache.v[i], lens)
+            attention(q, cache.k[i], cache.v[i], lens, attn_out)
             mark("attention")
-            attention.combine(attn_out)
-            mark("attention merge")
             o = F.linear(attn_out, w_o)
             mark("o")
             rmsnorm(h, ln2, self.eps, x, o)

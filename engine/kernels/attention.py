@@ -1,11 +1,11 @@
 """Decode attention that reads only each sequence's live context (split-K, "flash decoding").
 
 Grid (batch, kv_head, split): a program takes one KV head's GROUP query heads (grouped-query
-attention: they share its keys and values) and one slice of the sequence's cached positions,
-and writes an unnormalised partial output with its running max and sum. Slices past a
-sequence's length exit at once, so a CUDA graph captured for the longest context still only
-reads what each sequence holds. `combine` (or the O-projection that follows, on the batch-1
-path) merges the slices.
+attention: they share its keys and values) and one slice of the sequence's cached positions, and
+writes an unnormalised partial output with its running max and sum. Slices past a sequence's
+length exit at once, so a CUDA graph captured for the longest context still only reads what each
+sequence holds. The last slice of a (sequence, KV head) to finish (a ticket taken with an atomic
+add) merges all its slices and writes the output, so no second launch is needed.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, scale, kv_stride_b, kv_stride_h,
+def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, Tickets, Out, scale, kv_stride_b, kv_stride_h,
                              SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,
                              GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
                              BLOCK_N: tl.constexpr):
@@ -24,15 +24,13 @@ def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, scale, kv_stride_b, kv_
     split = tl.program_id(2)
     length = tl.load(Lens + b).to(tl.int32)
     start = split * SPLIT
+    if start >= length:
+        return
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, D)
-    heads = kvh * GROUP + g                                   # the query heads of this KV head
-    out = ((b * KV_HEADS * GROUP + heads) * SPLITS + split)   # index of (b, head, split)
-    if start >= length:
-        tl.store(M + out, tl.full([GROUP_PAD], float("-inf"), tl.float32), mask=g < GROUP)
-        tl.store(L + out, tl.zeros([GROUP_PAD], tl.float32), mask=g < GROUP)
-        return
-    q = tl.load(Q + (b * KV_HEADS * GROUP + heads)[:, None] * D + d[None, :], mask=(g < GROUP)[:, None], other=0.0)
+    in_group = g < GROUP
+    heads = b * KV_HEADS * GROUP + kvh * GROUP + g            # (sequence, query head) rows
+    q = tl.load(Q + heads[:, None] * D + d[None, :], mask=in_group[:, None], other=0.0)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
@@ -51,24 +49,32 @@ def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, scale, kv_stride_b, kv_
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    tl.store(Acc + out[:, None] * D + d[None, :], acc, mask=(g < GROUP)[:, None])
-    tl.store(M + out, m_i, mask=g < GROUP)
-    tl.store(L + out, l_i, mask=g < GROUP)
+    slot = heads * SPLITS + split
+    tl.store(Acc + slot[:, None] * D + d[None, :], acc, mask=in_group[:, None])
+    tl.store(M + slot, m_i, mask=in_group)
+    tl.store(L + slot, l_i, mask=in_group)
 
-
-@triton.jit
-def _combine_kernel(Acc, M, L, Out, SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr):
-    bh = tl.program_id(0).to(tl.int64)  # (batch, head)
-    s = tl.arange(0, SPLITS_PAD)
-    d = tl.arange(0, D)
-    m = tl.load(M + bh * SPLITS + s, mask=s < SPLITS, other=float("-inf"))
-    l = tl.load(L + bh * SPLITS + s, mask=s < SPLITS, other=0.0)
-    live = m > float("-inf")  # slices past the sequence's length wrote no partial output
-    m_max = tl.max(m, axis=0)
-    w = tl.where(live, tl.exp(m - m_max), 0.0)
-    acc = tl.load(Acc + (bh * SPLITS + s)[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
-    tl.store(Out + bh * D + d, o.to(Out.dtype.element_ty))
+    # The last live slice to get here merges them all (acq_rel: every slice's stores above are
+    # visible to whoever draws the last ticket), then resets the ticket for the next call.
+    live_splits = tl.cdiv(length, SPLIT)
+    counter = Tickets + b * KV_HEADS + kvh
+    if tl.atomic_add(counter, 1) == live_splits - 1:
+        m_all = tl.full([GROUP_PAD], -1e30, tl.float32)  # finite, so padded rows give 0, not NaN
+        l_all = tl.zeros([GROUP_PAD], tl.float32)
+        o = tl.zeros([GROUP_PAD, D], tl.float32)
+        for s_idx in range(0, live_splits):
+            at = heads * SPLITS + s_idx
+            m_s = tl.load(M + at, mask=in_group, other=float("-inf"), cache_modifier=".cg")
+            l_s = tl.load(L + at, mask=in_group, other=0.0, cache_modifier=".cg")
+            a_s = tl.load(Acc + at[:, None] * D + d[None, :], mask=in_group[:, None], other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m_all, m_s)
+            old, new = tl.exp(m_all - m_new), tl.exp(m_s - m_new)
+            o = o * old[:, None] + a_s * new[:, None]
+            l_all = l_all * old + l_s * new
+            m_all = m_new
+        o = o / l_all[:, None]
+        tl.store(Out + heads[:, None] * D + d[None, :], o.to(Out.dtype.element_ty), mask=in_group[:, None])
+        tl.atomic_xchg(counter, 0)
 
 
 class DecodeAttention:
@@ -86,20 +92,16 @@ class DecodeAttention:
         self.acc = torch.empty(batch * heads * self.splits * head_dim, dtype=torch.float32, device=device)
         self.m = torch.empty(batch * heads * self.splits, dtype=torch.float32, device=device)
         self.l = torch.empty_like(self.m)
+        self.tickets = torch.zeros(batch * kv_heads, dtype=torch.int32, device=device)
 
-    def partials(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lens: torch.Tensor) -> None:
-        """q [B, heads, D]; caches [B, kv_heads, S, D]; lens [B] = positions each sequence holds
-        (including the token just written)."""
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lens: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        """out [B, heads * D] = attention of q [B, heads, D] over caches [B, kv_heads, S, D], each
+        sequence over its first lens[b] positions (including the token just written)."""
         grid = (self.batch, self.kv_heads, self.splits)
         _decode_attention_kernel[grid](
-            q, k_cache, v_cache, lens, self.acc, self.m, self.l, self.head_dim ** -0.5,
+            q, k_cache, v_cache, lens, self.acc, self.m, self.l, self.tickets, out, self.head_dim ** -0.5,
             k_cache.stride(0), k_cache.stride(1), SPLIT=self.split, SPLITS=self.splits, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
             BLOCK_N=self.block_n)
-
-    def combine(self, out: torch.Tensor) -> torch.Tensor:
-        """Merge the slices into out [B, heads * D] (its dtype)."""
-        _combine_kernel[(self.batch * self.heads,)](self.acc, self.m, self.l, out, SPLITS=self.splits,
-                                                     SPLITS_PAD=triton.next_power_of_2(self.splits),
-                                                     D=self.head_dim)
         return out

@@ -1,7 +1,8 @@
 """Triton kernels for the small operations between matmuls, each one launch instead of several.
 
-Every kernel rounds to fp16 exactly where the eager PyTorch model does (after the norm, after each
-product of the rotary, after silu), so the fast path computes the eager path's function.
+Every kernel rounds to the model's dtype where the eager PyTorch model does (after the norm, after
+each product and sum of the rotary, after silu, after each residual add), so the fast path computes
+the eager path's function; only the order of the long sums (norms, matmuls) differs.
 """
 from __future__ import annotations
 
@@ -11,18 +12,37 @@ import triton.language as tl
 
 
 @triton.jit
+def _rounded_product(a, b):
+    """a * b rounded to a's dtype, as a separate eager multiply is (in fp32, then rounded, so the
+    compiler cannot fuse it with a neighbouring add into an FMA)."""
+    return (a.to(tl.float32) * b.to(tl.float32)).to(a.dtype)
+
+
+@triton.jit
+def _rounded_sum(a, b):
+    """a + b rounded to a's dtype, computed in fp32 as PyTorch's eager fp16 add is."""
+    return (a.to(tl.float32) + b.to(tl.float32)).to(a.dtype)
+
+
+@triton.jit
+def _silu(x):
+    """silu in fp32 the way PyTorch writes it, x / (1 + exp(-x))."""
+    return x / (1.0 + tl.exp(-x))
+
+
+@triton.jit
 def _add_rmsnorm_kernel(X, Delta, W, Y, H: tl.constexpr, eps, BLOCK: tl.constexpr, ADD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < H
     x = tl.load(X + row * H + cols, mask=mask, other=0.0)
     if ADD:  # the residual add the eager model does in fp16, then written back
-        x = x + tl.load(Delta + row * H + cols, mask=mask, other=0.0)
+        x = _rounded_sum(x, tl.load(Delta + row * H + cols, mask=mask, other=0.0))
         tl.store(X + row * H + cols, x, mask=mask)
     xf = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / H + eps)
     w = tl.load(W + cols, mask=mask, other=0.0)
-    tl.store(Y + row * H + cols, w * (xf * rstd).to(w.dtype), mask=mask)
+    tl.store(Y + row * H + cols, _rounded_product(w, (xf * rstd).to(w.dtype)), mask=mask)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor,
@@ -33,12 +53,6 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
     _add_rmsnorm_kernel[(rows,)](x, delta if delta is not None else x, weight, out, H, eps,
                                  BLOCK=triton.next_power_of_2(H), ADD=delta is not None)
     return out
-
-
-@triton.jit
-def _rounded_product(a, b):
-    """a * b rounded to a's dtype, as a separate eager multiply would be."""
-    return (a.to(tl.float32) * b.to(tl.float32)).to(a.dtype)
 
 
 @triton.jit
@@ -59,8 +73,8 @@ def _rope_cache_kernel(QKV, Pos, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_
     rotate = (h < HEADS + KV_HEADS)[:, None]
     # x * cos + rotate_half(x) * sin, rounded after each product as the eager model's fp16 ops are
     # (products taken in fp32 and rounded explicitly, so the compiler cannot fuse them into an FMA)
-    r1 = tl.where(rotate, _rounded_product(x1, cos) - _rounded_product(x2, sin), x1)
-    r2 = tl.where(rotate, _rounded_product(x2, cos) + _rounded_product(x1, sin), x2)
+    r1 = tl.where(rotate, _rounded_sum(_rounded_product(x1, cos), -_rounded_product(x2, sin)), x1)
+    r2 = tl.where(rotate, _rounded_sum(_rounded_product(x2, cos), _rounded_product(x1, sin)), x2)
     is_q = (h < HEADS)[:, None]
     q_off = Q + tok * HEADS * D + h[:, None] * D + j[None, :]
     tl.store(q_off, r1, mask=is_q)
@@ -95,8 +109,7 @@ def _silu_mul_kernel(GU, Out, I: tl.constexpr, BLOCK: tl.constexpr):
     mask = cols < I
     g = tl.load(GU + row * 2 * I + cols, mask=mask, other=0.0)
     u = tl.load(GU + row * 2 * I + I + cols, mask=mask, other=0.0)
-    gf = g.to(tl.float32)
-    tl.store(Out + row * I + cols, (gf * tl.sigmoid(gf)).to(g.dtype) * u, mask=mask)
+    tl.store(Out + row * I + cols, _rounded_product(_silu(g.to(tl.float32)).to(g.dtype), u), mask=mask)
 
 
 def silu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

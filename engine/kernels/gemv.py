@@ -6,9 +6,9 @@ than the weights cost to read. So each kernel here is a GEMV with that work fold
 
 - `qkv_rope_cache`: RMSNorm(h) -> fused q|k|v projection + bias -> rotary on q and k -> k, v
   written into the cache at the token's position, q kept for attention.
-- `o_proj_residual`: merge the attention slices -> O projection -> h += result.
 - `gate_up_silu`: RMSNorm(h) -> gate|up projection -> silu(gate) * up.
-- `gemv`: y = W @ x with an optional RMSNorm on x (the lm_head) or a residual add (down_proj).
+- `gemv`: y = W @ x with an optional RMSNorm on x (the lm_head) or a residual add (o_proj and
+  down_proj).
 
 Each program owns R output rows and walks the input dimension in BK-wide tiles, accumulating in
 fp32; every result is rounded to the model's dtype where the eager model rounds it.
@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.elementwise import _rounded_product
+from engine.kernels.elementwise import _rounded_product, _rounded_sum, _silu
 
 
 @triton.jit
@@ -35,7 +35,7 @@ def _input(X, NW, cols, mask, rstd, NORM: tl.constexpr):
     x = tl.load(X + cols, mask=mask, other=0.0)
     if NORM:
         w = tl.load(NW + cols, mask=mask, other=0.0)
-        x = w * (x.to(tl.float32) * rstd).to(w.dtype)
+        x = _rounded_product(w, (x.to(tl.float32) * rstd).to(w.dtype))
     return x.to(tl.float32)
 
 
@@ -57,7 +57,7 @@ def _gemv_kernel(W, X, NW, Res, Out, N, eps, K: tl.constexpr, BLOCK_K_ALL: tl.co
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1).to(Out.dtype.element_ty)
     if RESIDUAL:
-        y = tl.load(Res + rows, mask=row_ok, other=0.0) + y
+        y = _rounded_sum(tl.load(Res + rows, mask=row_ok, other=0.0), y)
     tl.store(Out + rows, y, mask=row_ok)
 
 
@@ -101,8 +101,8 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_str
     if head < HEADS + KV_HEADS:  # rotary, rounded as the eager model's fp16 products are
         cos = tl.load(Cos + pos * D + j)
         sin = tl.load(Sin + pos * D + j)
-        r1 = _rounded_product(a1, cos) - _rounded_product(a2, sin)
-        r2 = _rounded_product(a2, cos) + _rounded_product(a1, sin)
+        r1 = _rounded_sum(_rounded_product(a1, cos), -_rounded_product(a2, sin))
+        r2 = _rounded_sum(_rounded_product(a2, cos), _rounded_product(a1, sin))
         a1, a2 = r1, r2
     if head < HEADS:
         tl.store(Q + head * D + j, a1)
@@ -130,36 +130,6 @@ def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out,
 
 
 @triton.jit
-def _o_proj_residual_kernel(W, Acc, M, L, Hres, N, HEADS: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
-                            SPLITS_PAD: tl.constexpr, R: tl.constexpr):
-    rows = tl.program_id(0) * R + tl.arange(0, R)
-    row_ok = rows < N
-    s = tl.arange(0, SPLITS_PAD)
-    d = tl.arange(0, D)
-    acc = tl.zeros([R, D], tl.float32)
-    for head in range(HEADS):
-        # merge this head's attention slices (as the combine kernel does), rounded like SDPA's output
-        m = tl.load(M + head * SPLITS + s, mask=s < SPLITS, other=float("-inf"))
-        l = tl.load(L + head * SPLITS + s, mask=s < SPLITS, other=0.0)
-        live = m > float("-inf")
-        wgt = tl.where(live, tl.exp(m - tl.max(m, axis=0)), 0.0)
-        part = tl.load(Acc + (head * SPLITS + s)[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-        o = (tl.sum(part * wgt[:, None], axis=0) / tl.sum(l * wgt, axis=0)).to(Hres.dtype.element_ty)
-        w = tl.load(W + rows[:, None] * (HEADS * D) + head * D + d[None, :], mask=row_ok[:, None], other=0.0)
-        acc += w.to(tl.float32) * o.to(tl.float32)[None, :]
-    y = tl.sum(acc, axis=1).to(Hres.dtype.element_ty)
-    tl.store(Hres + rows, tl.load(Hres + rows, mask=row_ok, other=0.0) + y, mask=row_ok)
-
-
-def o_proj_residual(weight, attention, h, rows: int = 8, warps: int = 4) -> None:
-    """Batch 1: h += W_o @ attention, merging `attention`'s (a DecodeAttention) slices on the way."""
-    N = weight.shape[0]
-    _o_proj_residual_kernel[(triton.cdiv(N, rows),)](
-        weight, attention.acc, attention.m, attention.l, h, N, HEADS=attention.heads, D=attention.head_dim,
-        SPLITS=attention.splits, SPLITS_PAD=triton.next_power_of_2(attention.splits), R=rows, num_warps=warps)
-
-
-@triton.jit
 def _gate_up_silu_kernel(W, X, NW, Out, eps, I: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
                          R: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * R + tl.arange(0, R)
@@ -176,7 +146,7 @@ def _gate_up_silu_kernel(W, X, NW, Out, eps, I: tl.constexpr, H: tl.constexpr, B
     dtype = Out.dtype.element_ty
     g = tl.sum(acc_g, axis=1).to(dtype).to(tl.float32)
     u = tl.sum(acc_u, axis=1).to(dtype)
-    tl.store(Out + rows, (g * tl.sigmoid(g)).to(dtype) * u, mask=row_ok)
+    tl.store(Out + rows, _rounded_product(_silu(g).to(dtype), u), mask=row_ok)
 
 
 def gate_up_silu(weight, h, norm_weight, eps, out, rows: int = 16, block_k: int = 512, warps: int = 4) -> None:
