@@ -99,10 +99,11 @@ def tune_b1_tiles(cache_len: int, context: int) -> tuple[dict, list]:
     return tiles, table
 
 
-def step_profile(model, batch: int, tiles: dict, prompt: str = "p256", new_tokens: int = 256) -> dict:
+def step_profile(model, batch: int, tiles: dict | None, pdl: bool = False, prompt: str = "p256",
+                 new_tokens: int = 256) -> dict:
     """Graph-replay time of one decode step, and each kernel kind's share of an instrumented step."""
     ids = prompt_ids(prompt)
-    dec = GraphDecoder(model, True, tiles)
+    dec = GraphDecoder(model, True, tiles, pdl=pdl)
     cache = dec.cache(batch, len(ids) + new_tokens)
     first = dec.prefill(torch.tensor([ids] * batch, device="cuda")).clone()
     pos = torch.full((batch,), len(ids) + new_tokens // 2, device="cuda")  # mid-way through the output
@@ -122,23 +123,34 @@ def step_profile(model, batch: int, tiles: dict, prompt: str = "p256", new_token
     for (_, a), (label, b) in zip(marks, marks[1:]):
         share[label] += a.elapsed_time(b)
     instrumented = sum(share.values())
-    print(f"\nbatch {batch}: graph replay {step_ms:.3f} ms/step = {batch / step_ms * 1e3:,.0f} tok/s; "
+    print(f"\nbatch {batch}{' with PDL' if pdl else ''}: graph replay {step_ms:.3f} ms/step = {batch / step_ms * 1e3:,.0f} tok/s; "
           f"instrumented launch {instrumented:.3f} ms")
     for label, ms in sorted(share.items(), key=lambda kv: -kv[1]):
         print(f"  {label:<22}{ms:8.3f} ms  {100 * ms / instrumented:5.1f}%")
-    return {"batch": batch, "graph_step_ms": step_ms, "instrumented_ms": instrumented, "share_ms": dict(share)}
+    return {"batch": batch, "pdl": pdl, "graph_step_ms": step_ms, "instrumented_ms": instrumented,
+            "share_ms": dict(share)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="write tiles and breakdowns here")
     ap.add_argument("--batches", default="1,64,256", help="batch sizes for the step breakdown")
+    ap.add_argument("--no-tune", action="store_true", help="skip the tile sweep; use the engine's tiles")
+    ap.add_argument("--pdl", choices=("off", "on", "both"), default="off",
+                    help="programmatic dependent launch on the batch-1 kernels")
     args = ap.parse_args()
-    tiles, table = tune_b1_tiles(cache_len=512, context=384)
+    tiles, table = (None, []) if args.no_tune else tune_b1_tiles(cache_len=512, context=384)
     model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
     floor_ms = model.config.weight_bytes_read_per_pass() / (COPY_GBS * 1e9) * 1e3
-    print(f"\nweight-read floor of one step: {floor_ms:.3f} ms at {COPY_GBS:.0f} GB/s; tiles {tiles}")
-    steps = [step_profile(model, int(b), tiles) for b in args.batches.split(",")]
+    print(f"\nweight-read floor of one step: {floor_ms:.3f} ms at {COPY_GBS:.0f} GB/s; tiles {tiles or 'default'}")
+    pdls = {"off": [False], "on": [True], "both": [False, True]}[args.pdl]
+    steps = []
+    for b in args.batches.split(","):
+        for pdl in (pdls if b == "1" else [False]):
+            try:
+                steps.append(step_profile(model, int(b), tiles, pdl))
+            except Exception as e:  # report and go on: one failing variant should not hide the rest
+                print(f"batch {b} pdl={pdl}: failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tiles": tiles, "floor_ms": floor_ms, "steps": steps,

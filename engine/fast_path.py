@@ -26,7 +26,7 @@ from engine.model import KVCache, Qwen2
 class FastPath:
     """The passes of one model, over its own weight tensors (nothing is copied)."""
 
-    def __init__(self, model: Qwen2, b1_tiles: dict | None = None):
+    def __init__(self, model: Qwen2, b1_tiles: dict | None = None, pdl: bool = False):
         c = model.config
         self.model, self.config = model, c
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -38,11 +38,12 @@ class FastPath:
         self.cos, self.sin = model.rotary.cos, model.rotary.sin
         # (rows per program, input tile width, warps) of each batch-1 kernel, from
         # benchmarks/profile_decode.py on an H200.
-        self.tiles = {"qkv": (2, 512, 4), "o": (8, 2048, 4), "gate_up": (4, 256, 4), "down": (2, 2048, 8),
+        self.tiles = {"qkv": (2, 512, 2), "o": (8, 2048, 8), "gate_up": (4, 256, 4), "down": (2, 2048, 8),
                       "lm_head": (16, 512, 8)}
         self.tiles.update(b1_tiles or {})
         half = self.head_dim // 2  # a qkv program covers rows in both halves of one head
         self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), *self.tiles["qkv"][1:])
+        self.pdl = pdl  # programmatic dependent launch for the batch-1 kernels (engine.kernels.pdl)
         self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling
 
     def _mark(self, label: str) -> None:
@@ -67,19 +68,20 @@ class FastPath:
         mark("embed")
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
-                             cache.v[i], self.heads, self.kv_heads, *t["qkv"])
+                             cache.v[i], self.heads, self.kv_heads, *t["qkv"], pdl=self.pdl)
             mark("qkv+norm+rope")
             attention(q, cache.k[i], cache.v[i], lens, attn_out)
             mark("attention")
-            G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2])
+            G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2], pdl=self.pdl)
             mark("o+residual")
-            G.gate_up_silu(w_gu, h, ln2, self.eps, act, *t["gate_up"])
+            G.gate_up_silu(w_gu, h, ln2, self.eps, act, *t["gate_up"], pdl=self.pdl)
             mark("gate_up+norm+silu")
-            G.gemv(w_down, act, h, residual=h, rows=t["down"][0], block_k=t["down"][1], warps=t["down"][2])
+            G.gemv(w_down, act, h, residual=h, rows=t["down"][0], block_k=t["down"][1], warps=t["down"][2],
+                   pdl=self.pdl)
             mark("down+residual")
         logits = torch.empty(self.lm_head.shape[0], dtype=h.dtype, device=h.device)
         G.gemv(self.lm_head, h, logits, norm_weight=self.final_norm, eps=self.eps,
-               rows=t["lm_head"][0], block_k=t["lm_head"][1], warps=t["lm_head"][2])
+               rows=t["lm_head"][0], block_k=t["lm_head"][1], warps=t["lm_head"][2], pdl=self.pdl)
         mark("lm_head+norm")
         token = logits.argmax(-1, keepdim=True)
         mark("argmax")

@@ -44,12 +44,12 @@ def check_against_eager(model, prompt: list[int], tokens: list[int]) -> None:
     assert exact >= 0.95
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_graph_replay_gives_the_tokens_of_the_same_kernels_launched_eagerly(model, batch):
+@pytest.mark.parametrize("batch, pdl", [(1, False), (1, True), (3, False)])
+def test_graph_replay_gives_the_tokens_of_the_same_kernels_launched_eagerly(model, batch, pdl):
     from engine.cuda_graphs import GraphDecoder
 
     prompts = [prompt_ids("p256")] * batch
-    graphs = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, True)).tokens
+    graphs = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, True, pdl=pdl)).tokens
     launched = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, False)).tokens
     assert graphs == launched
 

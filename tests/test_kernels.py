@@ -51,8 +51,10 @@ def test_rope_and_cache_write_match_the_eager_rotary(dtype):
     rope_and_cache(qkv, positions, rot.cos, rot.sin, q, kc, vc, heads, kv_heads, T)
     q_ref, k_ref, v_ref = qkv.view(B, T, -1, D).split((heads, kv_heads, kv_heads), dim=2)
     pos = positions.view(B, T)
-    # fp16: bit for bit the eager ops; fp32: the GPU compiler may fuse a product into an FMA
-    same = torch.equal if dtype == torch.float16 else (lambda a, b: torch.allclose(a, b, rtol=1e-6, atol=1e-6))
+    # Rounded where the eager ops round: bit for bit in Triton's interpreter; on a GPU within one
+    # unit in the last place (seen once in fp16 on an H200, 2026-11-29: -1.8057 against -1.8066)
+    tol = {torch.float16: 1e-3, torch.float32: 1e-6}[dtype] if torch.cuda.is_available() else 0.0
+    same = lambda a, b: torch.allclose(a, b, rtol=tol, atol=tol)  # noqa: E731
     assert same(q.view(B, T, heads, D), rot(q_ref, pos))
     k_rot = rot(k_ref, pos)
     for b in range(B):
@@ -69,8 +71,10 @@ def test_silu_mul_matches_eager():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_decode_attention_reads_only_each_sequences_live_context(dtype):
-    """Slices of 64 positions: one sequence fits one slice, the others need 3 and 5 merged."""
+@pytest.mark.parametrize("split", [64, 320])
+def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
+    """Slices of 64 positions (one sequence fits one slice, the others need 3 and 5 merged), or
+    one slice for the whole context."""
     B, heads, kv_heads, D, S = 3, 12, 2, 32, 300
     lens = torch.tensor([1, 130, 300], device=DEVICE)
     q = torch.randn(B, heads, D, dtype=dtype, device=DEVICE)
@@ -79,7 +83,7 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype):
     for b, n in enumerate(lens.tolist()):  # garbage past each length must not matter
         kc[b, :, n:] = float("nan")
         vc[b, :, n:] = float("nan")
-    attn = DecodeAttention(B, heads, kv_heads, D, S, DEVICE, split=64, block_n=32)
+    attn = DecodeAttention(B, heads, kv_heads, D, S, DEVICE, split=split, block_n=32)
     out = attn(q, kc, vc, lens, poisoned(B, heads * D, dtype=dtype))
     assert not attn.tickets.any()  # every merge handed its ticket back for the next call
     group = heads // kv_heads

@@ -5,7 +5,8 @@ attention: they share its keys and values) and one slice of the sequence's cache
 writes an unnormalised partial output with its running max and sum. Slices past a sequence's
 length exit at once, so a CUDA graph captured for the longest context still only reads what each
 sequence holds. The last slice of a (sequence, KV head) to finish (a ticket taken with an atomic
-add) merges all its slices and writes the output, so no second launch is needed.
+add) merges all its slices and writes the output, so no second launch is needed. With enough
+sequences to fill the GPU there is one slice per sequence and nothing to merge.
 """
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_launch, pdl_wait
+
 
 @triton.jit
 def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, Tickets, Out, scale, kv_stride_b, kv_stride_h,
                              SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,
                              GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
-                             BLOCK_N: tl.constexpr):
+                             BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -49,6 +53,10 @@ def _decode_attention_kernel(Q, KC, VC, Lens, Acc, M, L, Tickets, Out, scale, kv
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    if SPLITS == 1:  # the whole context in one slice: no partials, no merge
+        o = acc / l_i[:, None]
+        tl.store(Out + heads[:, None] * D + d[None, :], o.to(Out.dtype.element_ty), mask=in_group[:, None])
+        return
     slot = heads * SPLITS + split
     tl.store(Acc + slot[:, None] * D + d[None, :], acc, mask=in_group[:, None])
     tl.store(M + slot, m_i, mask=in_group)
@@ -82,11 +90,15 @@ class DecodeAttention:
     graph reuses the same memory at every replay."""
 
     def __init__(self, batch: int, heads: int, kv_heads: int, head_dim: int, cache_len: int,
-                 device: torch.device | str, split: int | None = None, block_n: int = 64):
+                 device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
         self.batch, self.heads, self.kv_heads, self.head_dim = batch, heads, kv_heads, head_dim
-        self.group = heads // kv_heads
-        # Enough slices that even batch 1 spreads over the GPU, none shorter than one block.
-        self.split = split or max(block_n, triton.next_power_of_2(triton.cdiv(cache_len, 16)))
+        self.group, self.pdl = heads // kv_heads, pdl
+        if split is None:
+            # Slice the context only when there are too few (sequence, KV head) pairs to fill the
+            # GPU; then aim for about 16 slices, none shorter than one block.
+            whole = block_n * triton.cdiv(cache_len, block_n)
+            split = whole if batch * kv_heads >= 128 else max(block_n, triton.next_power_of_2(triton.cdiv(cache_len, 16)))
+        self.split = split
         self.splits = triton.cdiv(cache_len, self.split)
         self.block_n = min(block_n, self.split)
         self.acc = torch.empty(batch * heads * self.splits * head_dim, dtype=torch.float32, device=device)
@@ -103,5 +115,5 @@ class DecodeAttention:
             q, k_cache, v_cache, lens, self.acc, self.m, self.l, self.tickets, out, self.head_dim ** -0.5,
             k_cache.stride(0), k_cache.stride(1), SPLIT=self.split, SPLITS=self.splits, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
-            BLOCK_N=self.block_n)
+            BLOCK_N=self.block_n, **pdl_launch(self.pdl))
         return out

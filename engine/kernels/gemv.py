@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.elementwise import _rounded_product, _rounded_sum, _silu
+from engine.kernels.pdl import pdl_launch, pdl_wait
 
 
 @triton.jit
@@ -41,7 +42,8 @@ def _input(X, NW, cols, mask, rstd, NORM: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(W, X, NW, Res, Out, N, eps, K: tl.constexpr, BLOCK_K_ALL: tl.constexpr,
-                 NORM: tl.constexpr, RESIDUAL: tl.constexpr, R: tl.constexpr, BK: tl.constexpr):
+                 NORM: tl.constexpr, RESIDUAL: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     rows = tl.program_id(0) * R + tl.arange(0, R)
     row_ok = rows < N
     if NORM:
@@ -63,21 +65,22 @@ def _gemv_kernel(W, X, NW, Res, Out, N, eps, K: tl.constexpr, BLOCK_K_ALL: tl.co
 
 def gemv(weight: torch.Tensor, x: torch.Tensor, out: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
          eps: float = 1e-6, residual: torch.Tensor | None = None, rows: int = 16, block_k: int = 512,
-         warps: int = 4) -> torch.Tensor:
+         warps: int = 4, pdl: bool = False) -> torch.Tensor:
     """out = W @ RMSNorm(x) (with norm_weight) or residual + W @ x (with residual; out may be
     the residual itself). W [N, K], x [K]."""
     N, K = weight.shape
     _gemv_kernel[(triton.cdiv(N, rows),)](
         weight, x, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
         N, eps, K=K, BLOCK_K_ALL=triton.next_power_of_2(K), NORM=norm_weight is not None,
-        RESIDUAL=residual is not None, R=rows, BK=block_k, num_warps=warps)
+        RESIDUAL=residual is not None, R=rows, BK=block_k, num_warps=warps, **pdl_launch(pdl))
     return out
 
 
 @triton.jit
 def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_stride_h,
                            H: tl.constexpr, BLOCK_H: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-                           D: tl.constexpr, R: tl.constexpr, BK: tl.constexpr):
+                           D: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     half: tl.constexpr = D // 2
     blocks: tl.constexpr = half // R
     pid = tl.program_id(0)
@@ -118,7 +121,8 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_str
 
 
 def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out, k_cache, v_cache,
-                   heads: int, kv_heads: int, rows: int = 16, block_k: int = 512, warps: int = 4) -> None:
+                   heads: int, kv_heads: int, rows: int = 16, block_k: int = 512, warps: int = 4,
+                   pdl: bool = False) -> None:
     """Batch 1: q_out [heads*D] and the caches [1, kv_heads, S, D] at `position` ([1] tensor) from
     h [H], through RMSNorm, the fused q|k|v projection with bias, and rotary."""
     H = h.shape[-1]
@@ -126,12 +130,13 @@ def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out,
     grid = ((heads + 2 * kv_heads) * (D // 2 // rows),)
     _qkv_rope_cache_kernel[grid](weight, bias, h, norm_weight, position, cos, sin, q_out, k_cache, v_cache, eps,
                                  k_cache.stride(1), H=H, BLOCK_H=triton.next_power_of_2(H), HEADS=heads,
-                                 KV_HEADS=kv_heads, D=D, R=rows, BK=block_k, num_warps=warps)
+                                 KV_HEADS=kv_heads, D=D, R=rows, BK=block_k, num_warps=warps, **pdl_launch(pdl))
 
 
 @triton.jit
 def _gate_up_silu_kernel(W, X, NW, Out, eps, I: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
-                         R: tl.constexpr, BK: tl.constexpr):
+                         R: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     rows = tl.program_id(0) * R + tl.arange(0, R)
     row_ok = rows < I
     rstd = _rstd(X, H, eps, BLOCK_H)
@@ -149,10 +154,11 @@ def _gate_up_silu_kernel(W, X, NW, Out, eps, I: tl.constexpr, H: tl.constexpr, B
     tl.store(Out + rows, _rounded_product(_silu(g).to(dtype), u), mask=row_ok)
 
 
-def gate_up_silu(weight, h, norm_weight, eps, out, rows: int = 16, block_k: int = 512, warps: int = 4) -> None:
+def gate_up_silu(weight, h, norm_weight, eps, out, rows: int = 16, block_k: int = 512, warps: int = 4,
+                 pdl: bool = False) -> None:
     """Batch 1: out [I] = silu(gate) * up of RMSNorm(h) through the fused gate|up weight [2I, H]."""
     I = out.shape[-1]
     H = h.shape[-1]
     _gate_up_silu_kernel[(triton.cdiv(I, rows),)](weight, h, norm_weight, out, eps, I=I, H=H,
                                                   BLOCK_H=triton.next_power_of_2(H), R=rows, BK=block_k,
-                                                  num_warps=warps)
+                                                  num_warps=warps, **pdl_launch(pdl))
