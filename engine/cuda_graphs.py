@@ -52,12 +52,14 @@ class GraphDecoder:
     """Owns the cache and the graphs for the shape in use; `engine.engines.generate` calls
     `cache`, then `prefill`, then `step` once per token."""
 
-    def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None, pdl: bool = False):
+    def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None, pdl: bool = False,
+                 attention_split: int | None = None):
         if use_graphs and model.embed_tokens.weight.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
                              "without them, e.g. in Triton's CPU interpreter)")
         self.model, self.use_graphs = model, use_graphs
         self.fast = FastPath(model, b1_tiles, pdl)
+        self.attention_split = attention_split  # positions per attention slice (None: DecodeAttention's choice)
         self.shape: tuple[int, int] | None = None
         self._cache: KVCache | None = None
         self._prefills: dict[tuple[int, int], _Graph] = {}
@@ -75,7 +77,8 @@ class GraphDecoder:
             self.tokens = torch.zeros(batch, dtype=torch.long, device=device)
             self.positions = torch.zeros(batch, dtype=torch.long, device=device)
             self.attention = DecodeAttention(batch, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                             max_len, device, pdl=self.fast.pdl and batch == 1)
+                                             max_len, device, split=self.attention_split,
+                                             pdl=self.fast.pdl and batch == 1)
             step = self.fast.decode_b1 if batch == 1 else self.fast.decode
             self._decode = _Graph(lambda: step(self.tokens, self.positions, self._cache, self.attention),
                                   self.use_graphs)
