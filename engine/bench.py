@@ -72,14 +72,14 @@ def _row(setup: Setup, **fields) -> dict:
 
 
 def run_row(gen: Generation, engine: str, prompt: str, batch: int, index: int, setup: Setup,
-            run_id: str) -> dict:
+            run_id: str, mode: str) -> dict:
     """One recorded run as a result row."""
     t = gen.step_times_s
     itls = [b - a for a, b in zip(t, t[1:])]
     itl_mean = statistics.fmean(itls) if itls else float("nan")
     decode_s = t[-1] - t[0]
     return _row(
-        setup, engine=engine, mode=setup.mode, prompt=prompt, prompt_tokens=gen.prompt_lens[0],
+        setup, engine=engine, mode=mode, prompt=prompt, prompt_tokens=gen.prompt_lens[0],
         batch_size=batch, new_tokens=len(t), run=index, status="ok",
         ttft_ms=t[0] * 1e3, itl_mean_ms=itl_mean * 1e3, itl_ms=[x * 1e3 for x in itls],
         decode_tok_s=batch * len(itls) / decode_s if decode_s > 0 else float("nan"),
@@ -120,10 +120,12 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, out_dir: Path, b
             from engine.hf_baseline import HFBaseline
             setup.hf = HFBaseline(setup.model)
         run = lambda run_id: setup.hf.generate(prompts, setup.new_tokens, run_id)  # noqa: E731
+        mode = setup.mode
     else:
         decoder = setup.decoder_factory(setup.model) if setup.decoder_factory and engine != "naive" else None
         run = lambda run_id: generate(setup.model, prompts, setup.new_tokens, engine=engine,  # noqa: E731
                                       run_id=run_id, decoder=decoder)
+        mode = "eager" if decoder is None else ("graph+pdl" if decoder.fast.pdl else "graph")
     rows = []
     try:
         for i in range(setup.warmup + setup.runs):
@@ -133,7 +135,7 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, out_dir: Path, b
             bar.update(1)
             if recorded < 0:
                 continue
-            row = run_row(gen, engine, prompt, batch, recorded, setup, run_id)
+            row = run_row(gen, engine, prompt, batch, recorded, setup, run_id, mode)
             passes_out.write_many(to_dict(p) for p in gen.passes)
             runs_out.write(row)
             rows.append(row)

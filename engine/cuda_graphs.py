@@ -19,6 +19,7 @@ from torch import Tensor
 
 from engine.fast_path import FastPath
 from engine.kernels.attention import DecodeAttention
+from engine.kernels.pdl import pdl_available
 from engine.model import KVCache, Qwen2
 
 PREFILL_GRAPH_TOKENS = 32768  # larger prefills launch few, long kernels: no graph needed
@@ -52,12 +53,14 @@ class GraphDecoder:
     """Owns the cache and the graphs for the shape in use; `engine.engines.generate` calls
     `cache`, then `prefill`, then `step` once per token."""
 
-    def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None, pdl: bool = False,
-                 attention_split: int | None = None):
+    def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None,
+                 pdl: bool | None = None, attention_split: int | None = None):
         if use_graphs and model.embed_tokens.weight.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
                              "without them, e.g. in Triton's CPU interpreter)")
         self.model, self.use_graphs = model, use_graphs
+        if pdl is None:  # on by default where the GPU (Hopper or newer) and Triton support it
+            pdl = use_graphs and pdl_available() and torch.cuda.get_device_capability()[0] >= 9
         self.fast = FastPath(model, b1_tiles, pdl)
         self.attention_split = attention_split  # positions per attention slice (None: DecodeAttention's choice)
         self.shape: tuple[int, int] | None = None

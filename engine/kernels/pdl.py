@@ -3,7 +3,8 @@
 Launched with PDL, a kernel may be scheduled while the one before it is still running; it waits
 (`griddepcontrol.wait`) before touching memory, so the launch latency between the two overlaps
 with work instead of adding to it. Every kernel launched this way must call `pdl_wait` first.
-Off by default and on the CPU (Triton's interpreter cannot run the instruction).
+The graph decoder turns it on for Hopper GPUs; it stays off on the CPU (Triton's interpreter
+cannot run the instruction).
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def pdl_wait(PDL: tl.constexpr):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
+
+
+def pdl_available() -> bool:
+    return gdc_wait is not None
 
 
 def pdl_launch(enabled: bool) -> dict:
