@@ -51,7 +51,7 @@ class _Graph:
 
 class GraphDecoder:
     """Owns the cache and the graphs for the shape in use; `engine.engines.generate` calls
-    `cache`, then `prefill`, then `step` once per token."""
+    `cache`, then `prefill`, then `start` and `step` once per token."""
 
     def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None,
                  pdl: bool | None = None, attention_split: int | None = None):
@@ -102,8 +102,12 @@ class GraphDecoder:
         graph.static.copy_(tokens)
         return graph()
 
-    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Next token of each sequence after `tokens` [B] at `positions` [B]."""
+    def start(self, tokens: Tensor, positions: Tensor) -> None:
+        """Decode from `tokens` [B] at `positions` [B] (each sequence's first decode step)."""
         self.tokens.copy_(tokens.view(-1))
         self.positions.copy_(positions.view(-1))
-        return self._decode().view(-1)
+
+    def step(self) -> Tensor:
+        """One decode pass: the next token of each sequence ([B], the decoder's own buffer, which
+        the next step overwrites). Tokens and positions advance on the GPU, inside the graph."""
+        return self._decode()

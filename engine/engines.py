@@ -125,18 +125,20 @@ def generate(model: Qwen2, prompts: list[list[int]], max_new_tokens: int = 256, 
         shapes.append((list(prompt_lens), [0] * B))
         finished = stop_at_eos and _all_done(done, nxt, eos)
         positions = lens.clone()  # where each sequence's next token goes
+        if decoder is not None:
+            decoder.start(nxt, positions)
         for step in range(1, max_new_tokens):
             if finished:
                 break
             begin = clock.mark()
             if decoder is not None:
-                nxt = decoder.step(nxt, positions)
+                nxt = decoder.step()  # tokens and positions advance on the GPU
             else:
                 hidden = model(nxt.unsqueeze(1), positions.unsqueeze(1), cache,
                                kv_len=max(prompt_lens) + step)
                 nxt = model.logits(hidden[:, 0]).argmax(-1)
+                positions += 1
             out[:, step] = nxt
-            positions += 1
             marks.append((begin, clock.mark()))
             shapes.append(([1] * B, [n + step - 1 for n in prompt_lens]))
             finished = stop_at_eos and _all_done(done, nxt, eos)

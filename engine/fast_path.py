@@ -52,25 +52,26 @@ class FastPath:
             event.record()
             self.trace.append((label, event))
 
-    def _greedy(self, hidden: Tensor) -> Tensor:
-        """Final norm, lm_head, argmax for hidden [N, H]."""
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """Final norm and lm_head for hidden [N, H]."""
         x = rmsnorm(hidden.contiguous(), self.final_norm, self.eps, torch.empty_like(hidden))
-        return F.linear(x, self.lm_head).argmax(-1)
+        return F.linear(x, self.lm_head)
 
     def decode_b1(self, token: Tensor, position: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
-        """One decode pass at batch 1: token, position are [1] device tensors."""
+        """One decode pass at batch 1. token, position: [1] device buffers, advanced in place (the
+        next token replaces the token, the position moves on by one), so a captured graph can be
+        replayed step after step with nothing done outside it."""
         t, mark = self.tiles, self._mark
         h = self.embed[token].view(-1)  # a fresh buffer the kernels update in place
         q = torch.empty(self.heads * self.head_dim, dtype=h.dtype, device=h.device)
         attn_out = torch.empty_like(q)
         act = torch.empty(self.config.intermediate_size, dtype=h.dtype, device=h.device)
-        lens = position + 1
         mark("embed")
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
                              cache.v[i], self.heads, self.kv_heads, *t["qkv"], pdl=self.pdl)
             mark("qkv+norm+rope")
-            attention(q, cache.k[i], cache.v[i], lens, attn_out)
+            attention(q, cache.k[i], cache.v[i], position, attn_out)
             mark("attention")
             G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2], pdl=self.pdl)
             mark("o+residual")
@@ -83,19 +84,19 @@ class FastPath:
         G.gemv(self.lm_head, h, logits, norm_weight=self.final_norm, eps=self.eps,
                rows=t["lm_head"][0], block_k=t["lm_head"][1], warps=t["lm_head"][2], pdl=self.pdl)
         mark("lm_head+norm")
-        token = logits.argmax(-1, keepdim=True)
-        mark("argmax")
+        torch.argmax(logits, dim=-1, keepdim=True, out=token)
+        position += 1
+        mark("argmax+advance")
         return token
 
     def decode(self, tokens: Tensor, positions: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
-        """One decode pass for a batch: tokens, positions [B] device tensors."""
+        """One decode pass for a batch: tokens, positions [B] device buffers, advanced in place."""
         B, mark = tokens.shape[0], self._mark
         h = self.embed[tokens]
         x = torch.empty_like(h)
         q = torch.empty(B, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
         attn_out = torch.empty(B, self.heads * self.head_dim, dtype=h.dtype, device=h.device)
         act = h.new_empty(B, self.config.intermediate_size)
-        lens = positions + 1
         mark("embed")
         delta = None  # the previous block's output, added to h by the next norm
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
@@ -106,7 +107,7 @@ class FastPath:
             rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
                            self.kv_heads, 1)
             mark("rope+cache write")
-            attention(q, cache.k[i], cache.v[i], lens, attn_out)
+            attention(q, cache.k[i], cache.v[i], positions, attn_out)
             mark("attention")
             o = F.linear(attn_out, w_o)
             mark("o")
@@ -119,9 +120,10 @@ class FastPath:
             delta = F.linear(act, w_down)
             mark("down")
         h += delta
-        token = self._greedy(h)
-        mark("norm+lm_head+argmax")
-        return token
+        torch.argmax(self._logits(h), dim=-1, out=tokens)
+        positions += 1
+        mark("norm+lm_head+argmax+advance")
+        return tokens
 
     def prefill(self, tokens: Tensor, cache: KVCache) -> Tensor:
         """The prefill pass of B fresh prompts of one length T: tokens [B, T]."""
@@ -140,7 +142,7 @@ class FastPath:
             rmsnorm(h, ln2, self.eps, x, F.linear(attn.transpose(1, 2).reshape(B * T, -1), w_o))
             delta = F.linear(silu_mul(F.linear(x, w_gu), h.new_empty(B * T, w_down.shape[1])), w_down)
         h += delta
-        return self._greedy(h.view(B, T, -1)[:, -1])
+        return self._logits(h.view(B, T, -1)[:, -1]).argmax(-1)
 
 
 def _causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
