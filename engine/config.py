@@ -67,6 +67,15 @@ class ModelConfig:
         attn = self.num_hidden_layers * 4 * self.num_attention_heads * self.head_dim * context
         return 2.0 * matmul_params + attn
 
+    def prefill_flops(self, prompt_tokens: int) -> float:
+        """FLOPs of a prefill over a fresh prompt: every projection for every token, causal
+        attention (each token against itself and all before it), the lm_head for the last token."""
+        h, p = self.hidden_size, prompt_tokens
+        kv = self.num_key_value_heads * self.head_dim
+        matmul_params = self.num_hidden_layers * (2 * h * h + 2 * h * kv + 3 * h * self.intermediate_size)
+        attention = self.num_hidden_layers * 4 * self.num_attention_heads * self.head_dim * p * (p + 1) / 2
+        return 2.0 * matmul_params * p + attention + 2.0 * self.vocab_size * h
+
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
         """From a Hugging Face config.json dict; unknown keys are ignored."""

@@ -1,0 +1,93 @@
+"""The results table: what each engine measured, against the card's floors and Hugging Face.
+
+Reads results/<engine>/runs.jsonl (the rows `python -m engine bench` writes), takes the median of
+the recorded runs of each configuration, and prints one markdown table: engine, case, ms, tok/s,
+GB/s or TFLOP/s, % of the floor, and the Hugging Face figure beside it where there is one.
+
+    python benchmarks/report.py [--results results] [--gpu h200]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from engine.config import get_preset
+from engine.roofline import get_gpu
+from sim.records import read_jsonl
+
+
+def load(results: Path) -> dict:
+    """(engine, mode, prompt, batch) -> list of ok rows."""
+    groups = defaultdict(list)
+    for f in sorted(results.glob("*/runs.jsonl")):
+        for r in read_jsonl(f):
+            if r["status"] == "ok":
+                groups[(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
+    return groups
+
+
+def med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def table(groups: dict, gpu_name: str) -> str:
+    model, gpu = get_preset("qwen2.5-1.5b"), get_gpu(gpu_name)
+    bw, peak = gpu.bandwidth_gbs * 1e9, gpu.fp16_tflops * 1e12
+    weights, kv = model.weight_bytes_read_per_pass(), model.kv_bytes_per_token()
+    hf = {(p, b): rows for (e, _, p, b), rows in groups.items() if e == "hf"}
+    out = ["| engine | mode | case | ms | tok/s | achieved | % of floor | Hugging Face |",
+           "|---|---|---|---:|---:|---:|---:|---|"]
+
+    def hf_cell(prompt, batch, key, fmt):
+        rows = hf.get((prompt, batch))
+        return fmt(med(rows, key)) if rows else ""
+
+    order = {"cached": 0, "batched": 1, "naive": 2}
+
+    def key(item):
+        (engine, mode, prompt, batch), _ = item
+        return order.get(engine, 9), mode == "eager", int(prompt[1:]), batch
+
+    for (engine, mode, prompt, batch), rows in sorted(groups.items(), key=key):
+        if engine == "hf":
+            continue
+        itl = med(rows, "itl_mean_ms") / 1e3
+        context = rows[0]["prompt_tokens"] + rows[0]["new_tokens"] / 2  # the run's mid-point
+        if engine == "naive":  # every step recomputes the whole sequence: a prefill's work
+            flops = batch * model.prefill_flops(int(context))
+            floor = max(weights / bw, flops / peak)
+            achieved = f"{flops / itl / 1e12:,.0f} TFLOP/s"
+        else:  # a decode step reads the weights and the live KV cache, and does the matmuls
+            step_bytes = weights + batch * context * kv
+            floor = max(step_bytes / bw, batch * model.flops_per_token(int(context)) / peak)
+            achieved = f"{step_bytes / itl / 1e9:,.0f} GB/s"
+        out.append(f"| {engine} | {mode} | decode {prompt} x{batch} | {itl * 1e3:.3f} | {batch / itl:,.0f} | "
+                   f"{achieved} | {100 * floor / itl:.0f}% | "
+                   + hf_cell(prompt, batch, "itl_mean_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s") + " |")
+        if batch == 1:
+            ttft = med(rows, "ttft_ms") / 1e3
+            flops = model.prefill_flops(rows[0]["prompt_tokens"])
+            out.append(f"| {engine} | {mode} | prefill {prompt} (TTFT) | {ttft * 1e3:.2f} | "
+                       f"{rows[0]['prompt_tokens'] / ttft:,.0f} | {flops / ttft / 1e12:,.0f} TFLOP/s | "
+                       f"{100 * max(flops / peak, weights / bw) / ttft:.0f}% | "
+                       + hf_cell(prompt, batch, "ttft_ms", lambda v: f"{v:.2f} ms") + " |")
+    floors = (f"Floors on {gpu.name}: {gpu.bandwidth_gbs:,.0f} GB/s and {gpu.fp16_tflops:,.0f} TFLOP/s "
+              f"({gpu.source}). Decode moves {weights / 1e9:.2f} GB of weights plus {kv:,} bytes per cached "
+              "token; the decode rows count both at the run's mid-point context, and a floor is the larger of "
+              "bytes over bandwidth and FLOPs over peak (a naive step recomputes the whole sequence, so its "
+              "floor is a prefill's). Medians of the recorded runs.")
+    return "\n".join(out) + "\n\n" + floors
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default="results", help="results directory (default results/)")
+    ap.add_argument("--gpu", default="h200", help="GPU preset for the floors (default h200)")
+    args = ap.parse_args()
+    print(table(load(Path(args.results)), args.gpu))
+
+
+if __name__ == "__main__":
+    main()
