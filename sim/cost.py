@@ -99,12 +99,14 @@ class RooflineCost:
         self.peak = gpu.fp16_tflops * 1e12
 
     def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
-        n = sum(new_tokens)
-        c = sum(context_lens)
-        positions = sum(x * (2 * y + x + 1) for x, y in zip(new_tokens, context_lens)) // 2
+        n = c = positions = 0
+        for x, y in zip(new_tokens, context_lens):
+            n += x
+            c += y
+            positions += x * (2 * y + x + 1)  # twice the positions x new tokens attend to
         memory = (self.weight_bytes + self.kv_bytes * (c + n)) / self.bandwidth
-        compute = (self.flops_per_token * n + self.attn_flops * positions) / self.peak
-        return self.overhead_s + max(memory, compute)
+        compute = (self.flops_per_token * n + self.attn_flops * (positions // 2)) / self.peak
+        return self.overhead_s + (memory if memory > compute else compute)
 
     def decode_line(self, batch_size: int, context_sum: int) -> tuple[float, float, int]:
         b, c = batch_size, context_sum

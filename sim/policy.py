@@ -100,15 +100,12 @@ class Sequence:
 
     def record(self, run_id: str = "") -> RequestRecord:
         """This request's record, the same one the real engine writes."""
-        out = self.generated
-        return RequestRecord(
-            request_id=self.request_id, arrival_s=self.arrival_s, prompt_tokens=self.prompt_tokens,
-            max_output_tokens=self.max_output_tokens, output_tokens=out,
-            first_token_s=self.first_token_s, finish_s=self.finish_s,
-            token_times_s=self.token_times if self.token_times is not None else [],
-            itl_sum_s=self.last_token_s - self.first_token_s if out > 1 else 0.0,
-            itl_count=max(out - 1, 0), preemptions=self.preemptions, rejected=self.rejected,
-            replica=self.replica, run_id=run_id)
+        out = self.num_tokens - self.prompt_tokens
+        return RequestRecord(  # positional, in field order: this runs once per request
+            self.request_id, self.arrival_s, self.prompt_tokens, self.max_output_tokens, out,
+            self.first_token_s, self.finish_s, self.token_times if self.token_times is not None else [],
+            self.last_token_s - self.first_token_s if out > 1 else 0.0, out - 1 if out > 1 else 0,
+            self.preemptions, self.rejected, self.replica, run_id)
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, prompt={self.prompt_tokens}, "
@@ -239,7 +236,7 @@ class Scheduler:
     def _decode_running(self) -> ScheduledPass | None:
         """One decode token for every running sequence; when a block can't be had, preempt the
         lowest-ranked sequence not yet served (the sequence itself when it is the last)."""
-        kv, queue = self.kv, self.running
+        allocate, queue = self.kv.allocate, self.running
         seqs: list[Sequence] = []
         preempted: list[Sequence] = []
         swap_s = 0.0
@@ -247,7 +244,7 @@ class Scheduler:
         while i < end:
             seq = queue[i]
             i += 1
-            while not kv.allocate(seq, seq.num_computed + 1):
+            while not allocate(seq, seq.num_computed + 1):
                 end -= 1
                 victim = queue[end]
                 swap_s += self._preempt(victim)
@@ -300,6 +297,8 @@ class Scheduler:
             return 1
         kv = self.kv
         room, bs = kv.room(), kv.block_size
+        if room >= len(seqs) * (k // bs + 1):  # k passes grow no sequence by more blocks than that
+            return k
 
         def need(passes: int) -> int:  # blocks the passes after this one will ask for
             return sum(max(0, -(-(s.num_computed + passes) // bs) - len(s.block_table)) for s in seqs)
@@ -320,10 +319,10 @@ class Scheduler:
         """Apply `k` repetitions of a steady plan at once (the simulator's fast-forward): the same
         state as `k` calls of schedule + on_pass_done. `times`: the k pass end times, when token
         times are kept."""
-        kv = self.kv
+        allocate = self.kv.allocate
         left = []
         for seq in plan.seqs:
-            if not kv.allocate(seq, seq.num_computed + k):
+            if not allocate(seq, seq.num_computed + k):
                 raise RuntimeError(f"fast-forward of {k} passes ran out of KV blocks for {seq}")
             seq.num_computed += k
             seq.num_tokens += k
@@ -339,8 +338,8 @@ class Scheduler:
 
     def _retire(self, left: list[Sequence]) -> None:
         """Drop sequences that left from the batch; free the cache of the finished ones."""
-        self.running = [s for s in self.running if s not in left]
         for seq in left:
+            self.running.remove(seq)
             if seq.finish_s is not None:
                 self.kv.release(seq)
 
@@ -365,7 +364,7 @@ class ContinuousBatching(Scheduler):
                 f"without chunked prefill a long prompt could never be scheduled; raise it or use chunked")
 
     def schedule(self, now: float) -> ScheduledPass | None:
-        return self._admit_prompts() or self._decode_running()
+        return (self.waiting and self._admit_prompts()) or self._decode_running()
 
     def _admit_prompts(self) -> ScheduledPass | None:
         """A prefill pass of as many waiting prompts, in rank order, as fit."""
