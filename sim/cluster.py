@@ -77,15 +77,12 @@ class Cluster:
             r.on_leave = self.leave
 
     def submit(self, seq: Sequence) -> None:
-        """An arriving request: rejected with its reason, or routed to a replica."""
-        reason = self.replicas[0].scheduler.check(seq)
-        if reason is not None:
-            seq.rejected = reason
-            self.done.append(seq)
-            return
+        """An arriving request goes to the replica the router picks, which queues it or
+        rejects it with the reason (it would never fit)."""
         replica = self.router.pick(self.replicas, seq)
         seq.replica = replica.index
-        replica.add(seq)
+        if replica.add(seq) is not None:
+            self.done.append(seq)
 
     def leave(self, seq: Sequence, replica: Replica) -> None:
         self.done.append(seq)

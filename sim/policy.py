@@ -184,6 +184,11 @@ class Scheduler:
         heappush(self.waiting, (seq.rank, seq))
         return None
 
+    def admits_newcomers(self) -> bool:
+        """Could a request arriving now join the batch before a running sequence leaves?
+        (False lets the simulator carry on with a run of passes undisturbed.)"""
+        return len(self.running) < self.max_num_seqs
+
     @property
     def num_outstanding(self) -> int:
         """Requests here and not finished: waiting or running."""
@@ -490,6 +495,9 @@ class StaticBatching(Scheduler):
             seqs.append(seq)
         self.running = list(seqs)
         return ScheduledPass(seqs, [s.prompt_tokens for s in seqs], [0] * len(seqs))
+
+    def admits_newcomers(self) -> bool:
+        return not self.running
 
     def _retire(self, left: list[Sequence]) -> None:
         self.running = [s for s in self.running if s not in left]

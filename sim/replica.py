@@ -58,20 +58,28 @@ class Replica:
         self.pass_log = pass_log
         self.run_id = run_id
         self.num_passes = 0
-        self.interruptible = False  # idle, or inside a fast-forwarded run: news must wake it
+        self.num_steps = 0  # simulation steps: passes run one by one plus fast-forwarded runs
+        self.wakeup: simpy.Event | None = None  # set while idle: news triggers it
+        self.interruptible = False  # in a timed wait (a run of passes, a timeout): news interrupts it
         self.run: tuple | None = None  # (plan, start, a, b, k) of the fast-forwarded run in flight
         self.process = env.process(self.loop())
 
     # ------------------------------------------------------------------ news from outside
 
-    def add(self, seq: Sequence) -> None:
-        """A request routed here (already checked by the cluster)."""
-        self.scheduler.add(seq)
-        self.notify()
+    def add(self, seq: Sequence) -> str | None:
+        """A request routed here: queued (and the loop told, if it could join now), or rejected
+        with the reason returned."""
+        reason = self.scheduler.add(seq)
+        if reason is None and (self.run is None or self.scheduler.admits_newcomers()):
+            self.notify()
+        return reason
 
     def notify(self) -> None:
         """Something changed outside the loop: plan again at the next pass boundary."""
-        if self.interruptible:
+        if self.wakeup is not None:
+            wakeup, self.wakeup = self.wakeup, None
+            wakeup.succeed()
+        elif self.interruptible:
             self.interruptible = False
             self.process.interrupt()
 
@@ -105,9 +113,13 @@ class Replica:
     def idle(self, wake_at: float | None):
         """Nothing to run: sleep until news arrives (or until the scheduler's wake-up time)."""
         env = self.env
+        if wake_at is None:
+            self.wakeup = env.event()
+            yield self.wakeup
+            return
         self.interruptible = True
         try:
-            yield env.timeout(max(0.0, wake_at - env.now)) if wake_at is not None else env.event()
+            yield env.timeout(max(0.0, wake_at - env.now))
         except simpy.Interrupt:
             pass
         self.interruptible = False
@@ -117,6 +129,7 @@ class Replica:
         start = env.now
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens) + plan.swap_s
         yield env.timeout(duration)
+        self.num_steps += 1
         if self.pass_log is not None:
             self.pass_log.append(PassRecord.make(self.run_id, "sim", self.num_passes, plan.new_tokens,
                                                  plan.context_lens, start, duration, self.index))
@@ -148,6 +161,7 @@ class Replica:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
+        self.num_steps += 1
         times = None
         if self.pass_log is not None or plan.seqs[0].token_times is not None:
             times = [start + run_time(a, b, j) for j in range(1, k + 1)]

@@ -45,6 +45,7 @@ class SimResult:
     wall_s: float
     end_s: float  # simulated time of the last event that mattered (last token or rejection)
     peak_kv_blocks: list[int] = field(default_factory=list)  # per replica
+    num_steps: int = 0  # simulation steps: passes run one by one plus fast-forwarded runs
 
     def metrics(self, slos: dict[str, float] | None = None) -> Metrics:
         return compute_metrics(self.requests, slos)
@@ -99,4 +100,5 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
     if log is not None:
         log.sort(key=lambda p: (p.start_s, p.replica))
     return SimResult([s.record(run_id) for s in seqs], log or [], sum(r.num_passes for r in members),
-                     time.perf_counter() - wall, end_s, [r.scheduler.kv.peak_used for r in members])
+                     time.perf_counter() - wall, end_s, [r.scheduler.kv.peak_used for r in members],
+                     sum(r.num_steps for r in members))
