@@ -39,7 +39,7 @@ lowest-ranked running sequence is the one preempted.
 from __future__ import annotations
 
 from bisect import insort
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Callable, Iterable
 
@@ -124,7 +124,7 @@ class ScheduledPass:
     seqs: list[Sequence]
     new_tokens: list[int]
     context_lens: list[int]
-    preempted: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] | tuple = ()
     swap_s: float = 0.0
     steady: bool = False
 

@@ -134,7 +134,7 @@ class Replica:
             self.pass_log.append(PassRecord.make(self.run_id, "sim", self.num_passes, plan.new_tokens,
                                                  plan.context_lens, start, duration, self.index))
         self.num_passes += 1
-        self.leave(self.scheduler.on_pass_done(plan, env.now))
+        self.leave(self.scheduler.on_pass_done(plan, start + duration))  # == env.now
 
     def decode_run(self, plan: ScheduledPass) -> tuple[int, float, float] | None:
         """(k, a, b): this steady plan repeats k > 1 times, pass j taking a + b*j; else None."""

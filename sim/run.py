@@ -58,8 +58,9 @@ def arrivals(env: simpy.Environment, trace: Trace, cluster: Cluster, keep_token_
     priority = trace.priority.tolist() if trace.priority is not None else None
     hashes = trace.block_hashes
     for i, t in enumerate(trace.arrival_s.tolist()):
-        if t > env.now:
-            yield env.timeout(t - env.now)
+        now = env.now
+        if t > now:
+            yield env.timeout(t - now)
         cluster.submit(Sequence(ids[i], t, prompt[i], output[i], priority[i] if priority else 0,
                                 hashes[i] if hashes else None, keep_token_times, i))
 
