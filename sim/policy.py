@@ -298,7 +298,7 @@ class Scheduler:
         finishes or the cache runs short, barring arrivals."""
         seqs = plan.seqs
         k = min(s.max_output_tokens - s.num_tokens + s.prompt_tokens for s in seqs)
-        if k <= 1:
+        if k <= 1 or self.prefill_only:
             return 1
         kv = self.kv
         room, bs = kv.room(), kv.block_size
@@ -319,23 +319,30 @@ class Scheduler:
                 hi = mid
         return lo
 
-    def on_passes_done(self, plan: ScheduledPass, k: int, now: float,
+    def on_passes_done(self, plan: ScheduledPass, k: int, first_end_s: float, end_s: float,
                        times: list[float] | None = None) -> list[Sequence]:
-        """Apply `k` repetitions of a steady plan at once (the simulator's fast-forward): the same
-        state as `k` calls of schedule + on_pass_done. `times`: the k pass end times, when token
-        times are kept."""
+        """Apply `k` repetitions of a steady plan at once (the simulator's fast-forward), leaving
+        the state `k` rounds of schedule + on_pass_done would: the first pass goes through
+        on_pass_done itself (it may be a prompt's last token, sampling its first output), the
+        others are decodes of every sequence. first_end_s / end_s: when the first and the last
+        pass ended; `times`: all k end times, when token times are kept."""
+        left = self.on_pass_done(plan, first_end_s)
+        if k == 1:
+            return left
+        if left:
+            raise RuntimeError(f"fast-forward of {k} passes past a sequence leaving after the first: {left}")
+        more = k - 1
         allocate = self.kv.allocate
-        left = []
         for seq in plan.seqs:
-            if not allocate(seq, seq.num_computed + k):
+            if not allocate(seq, seq.num_computed + more):
                 raise RuntimeError(f"fast-forward of {k} passes ran out of KV blocks for {seq}")
-            seq.num_computed += k
-            seq.num_tokens += k
-            seq.last_token_s = now
+            seq.num_computed += more
+            seq.num_tokens += more
+            seq.last_token_s = end_s
             if seq.token_times is not None:
-                seq.token_times.extend(times)
+                seq.token_times.extend(times[1:])
             if seq.num_tokens - seq.prompt_tokens >= seq.max_output_tokens:
-                seq.finish_s = now
+                seq.finish_s = end_s
                 left.append(seq)
         if left:
             self._retire(left)
@@ -547,7 +554,7 @@ class DecodePriority(ContinuousBatching):
             k = min(k, self.max_waiting_passes - scheduled_with)  # then prompts get their turn
         return k
 
-    def on_passes_done(self, plan: ScheduledPass, k: int, now: float,
+    def on_passes_done(self, plan: ScheduledPass, k: int, first_end_s: float, end_s: float,
                        times: list[float] | None = None) -> list[Sequence]:
         self.decodes_since_prefill += k - 1
-        return super().on_passes_done(plan, k, now, times)
+        return super().on_passes_done(plan, k, first_end_s, end_s, times)

@@ -173,7 +173,7 @@ class Replica:
                     self.run_id, "sim", self.num_passes + j, "decode", new,
                     [c + j for c in plan.context_lens], start + run_time(a, b, j), a + b * j, self.index))
         self.num_passes += k
-        self.leave(self.scheduler.on_passes_done(plan, k, env.now, times))
+        self.leave(self.scheduler.on_passes_done(plan, k, start + a, env.now, times))
 
     def leave(self, seqs: list[Sequence]) -> None:
         if self.on_leave is not None:

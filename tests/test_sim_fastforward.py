@@ -105,3 +105,19 @@ def test_fast_forward_crosses_the_roofline_ridge_exactly():
     assert line[2] < 800  # the regime changes within the run
     kv = lambda: KVCache(30000, block_size=16)  # noqa: E731
     assert_same_runs(trace, lambda: ContinuousBatching(kv(), max_num_seqs=300, max_model_len=1000), ROOFLINE)
+
+
+def test_a_prompt_whose_last_chunk_is_one_token_starts_its_output_in_a_fast_forwarded_run():
+    # budget 32: a 33-token prompt ends with a 1-token chunk, which looks like a decode
+    trace = Trace(np.array([0.0, 0.5]), np.array([33, 65]), np.array([5, 3]))
+    make = lambda: ChunkedPrefill(small_kv(), max_num_seqs=1, max_num_batched_tokens=32, max_model_len=600)  # noqa: E731
+    ff, _ = assert_same_runs(trace, make, ROOFLINE)
+    assert all(r.first_token_s is not None for r in ff.requests)
+    kv = lambda: PrefixCache(200, block_size=16, hash_block_tokens=32)  # noqa: E731
+    hashed = Trace(np.array([0.0, 0.5]), np.array([33, 33]), np.array([5, 3]), block_hashes=[[1], [1]])
+    prefix = lambda: ChunkedPrefill(kv(), max_num_seqs=1, max_num_batched_tokens=32, max_model_len=800)  # noqa: E731
+    ff, _ = assert_same_runs(hashed, prefix, ROOFLINE)
+    # the second prompt found its first 32 tokens cached: 33+4 and 1+2 tokens computed, not 33+4 and 33+2
+    assert sum(p.num_tokens for p in ff.passes) == 40
+    d = Disaggregation(1, 1, make, MODEL.kv_bytes_per_token(), link_bytes_per_s=10e9)
+    assert_same_runs(trace, make, ROOFLINE, disaggregate=d)
