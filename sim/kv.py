@@ -89,7 +89,7 @@ class KVCache:
         free = self.free_ids
         if need > len(free):
             return False
-        seq.block_table.extend(free[-need:])
+        seq.block_table.extend(reversed(free[-need:]))
         del free[-need:]
         used = self.num_blocks - len(free)
         if used > self.peak_used:
@@ -171,7 +171,7 @@ class PrefixCache(KVCache):
             while len(free) < need:
                 h, _ = self.evictable.popitem(last=False)
                 free.extend(self.entries.pop(h)[0])
-            seq.block_table.extend(free[-need:])
+            seq.block_table.extend(reversed(free[-need:]))
             del free[-need:]
         used = self.num_blocks - len(self.free_ids)
         if used > self.peak_used:

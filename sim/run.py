@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from sim.cluster import Cluster, DisaggregatedCluster, RoundRobin
@@ -51,6 +52,21 @@ class SimResult:
         return compute_metrics(self.requests, slos)
 
 
+def check_trace(trace: Trace) -> None:
+    """Refuse a trace the simulation can't replay faithfully (token counts that are not positive
+    are left to the schedulers, which reject those requests with the reason)."""
+    a = trace.arrival_s
+    if len(a) and not np.isfinite(a).all():
+        raise ValueError(f"{trace.name}: arrival times must be finite numbers")
+    bad = np.flatnonzero(np.diff(a) < 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ValueError(f"{trace.name}: arrivals must be in time order, but request {i} arrives at "
+                         f"{a[i]:g} s, before request {i - 1} at {a[i - 1]:g} s")
+    if len(a) and a[0] < 0:
+        raise ValueError(f"{trace.name}: arrival times must be >= 0, the first is {a[0]:g} s")
+
+
 def arrivals(env: simpy.Environment, trace: Trace, cluster: Cluster, keep_token_times: bool):
     """Each trace row becomes a request at its arrival time and goes to the cluster."""
     ids = trace.ids()
@@ -70,6 +86,7 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
              log_passes: bool = False, fast_forward: bool = True, run_id: str = "sim") -> SimResult:
     """Replay `trace` on `replicas` replicas (each with a fresh `make_scheduler()`) behind
     `router` (round robin by default), or on prefill and decode replicas when `disaggregate`."""
+    check_trace(trace)
     wall = time.perf_counter()
     env = simpy.Environment()
     log: list[PassRecord] | None = [] if log_passes else None
