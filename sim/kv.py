@@ -83,14 +83,18 @@ class KVCache:
 
     def allocate(self, seq: "Sequence", tokens: int, hit: int = 0) -> bool:
         """Grow `seq`'s table to hold `tokens` tokens; False (and no change) if they don't fit."""
-        need = -(-tokens // self.block_size) - len(seq.block_table)
+        table = seq.block_table
+        need = -(-tokens // self.block_size) - len(table)
         if need <= 0:
             return True
         free = self.free_ids
         if need > len(free):
             return False
-        seq.block_table.extend(reversed(free[-need:]))
-        del free[-need:]
+        if need == 1:
+            table.append(free.pop())
+        else:
+            table += free[:-need - 1:-1]  # the last `need` ids, last first
+            del free[-need:]
         used = self.num_blocks - len(free)
         if used > self.peak_used:
             self.peak_used = used

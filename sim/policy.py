@@ -242,6 +242,14 @@ class Scheduler:
         """One decode token for every running sequence; when a block can't be had, preempt the
         lowest-ranked sequence not yet served (the sequence itself when it is the last)."""
         allocate, queue = self.kv.allocate, self.running
+        for seq in queue:  # the common case: everyone gets its block
+            if not allocate(seq, seq.num_computed + 1):
+                break
+        else:
+            if not queue:
+                return None
+            return ScheduledPass(list(queue), [1] * len(queue), [s.num_computed for s in queue], (), 0.0, True)
+        # someone didn't: start over (allocating again is a no-op), preempting as needed
         seqs: list[Sequence] = []
         preempted: list[Sequence] = []
         swap_s = 0.0
@@ -326,12 +334,18 @@ class Scheduler:
         on_pass_done itself (it may be a prompt's last token, sampling its first output), the
         others are decodes of every sequence. first_end_s / end_s: when the first and the last
         pass ended; `times`: all k end times, when token times are kept."""
-        left = self.on_pass_done(plan, first_end_s)
-        if k == 1:
-            return left
-        if left:
-            raise RuntimeError(f"fast-forward of {k} passes past a sequence leaving after the first: {left}")
-        more = k - 1
+        more = k
+        if self.kv.prefix_caching or any(s.first_token_s is None for s in plan.seqs):
+            left = self.on_pass_done(plan, first_end_s)
+            more -= 1
+            if left or not more:
+                if more:
+                    raise RuntimeError(f"fast-forward past a sequence leaving after the first pass: {left}")
+                return left
+            if times is not None:
+                times = times[1:]
+        # else every sequence already decodes: the first pass is like the others
+        left = []
         allocate = self.kv.allocate
         for seq in plan.seqs:
             if not allocate(seq, seq.num_computed + more):
@@ -340,7 +354,7 @@ class Scheduler:
             seq.num_tokens += more
             seq.last_token_s = end_s
             if seq.token_times is not None:
-                seq.token_times.extend(times[1:])
+                seq.token_times.extend(times)
             if seq.num_tokens - seq.prompt_tokens >= seq.max_output_tokens:
                 seq.finish_s = end_s
                 left.append(seq)

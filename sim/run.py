@@ -8,6 +8,7 @@ RequestRecord, and `sim.metrics.compute_metrics` turns the records into the metr
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -108,7 +109,13 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
                                        d.link_bytes_per_s, d.link_latency_s)
         members = prefill + decode
     env.process(arrivals(env, trace, cluster, keep_token_times))
-    env.run()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a run makes many objects and next to no reference cycles: collecting is wasted time
+    try:
+        env.run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
     seqs = sorted(cluster.done, key=lambda s: s.index)
     if len(seqs) != len(trace):
