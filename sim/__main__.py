@@ -150,8 +150,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     summary = summarize(rows, metrics)
     import pandas as pd
     table = pd.DataFrame(summary)
+    fixed = [c for c in (*axes, "replications") if table[c].nunique(dropna=False) == 1]
+    shown = table.drop(columns=fixed + [c for c in table if c.endswith("_ci") and table[c].isna().all()]
+                       + [a for a in ("rate", "rate_scale", "policy", "max_num_seqs", "replicas") if a not in axes])
+    print(", ".join(f"{c}={table[c].iloc[0]}" for c in fixed))
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.2f}".format):
-        print(table.drop(columns=[c for c in table if c.endswith("_ci") and table[c].isna().all()]).to_string(index=False))
+        print(shown.to_string(index=False))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)

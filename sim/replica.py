@@ -33,11 +33,14 @@ def passes_started(a: float, b: float, elapsed: float, k: int) -> int:
     h = a - b / 2  # run_time(j) = (b/2) j^2 + h j; solve for j, then correct the rounding
     root = math.sqrt(max(0.0, h * h + 2 * b * elapsed))
     j = min(k, int(2 * elapsed / (h + root))) if h + root > 0 else 0
-    while j < k and run_time(a, b, j + 1) <= elapsed:
+    t = a * j + b * (j * (j - 1) // 2)  # run_time(a, b, j)
+    while j < k and t + a + b * j <= elapsed:  # pass j+1 ended by then
+        t += a + b * j
         j += 1
-    while j > 0 and run_time(a, b, j) > elapsed:
+    while j > 0 and t > elapsed:
         j -= 1
-    if run_time(a, b, j) < elapsed:
+        t -= a + b * j
+    if t < elapsed:
         j += 1  # a pass is in flight
     return min(k, max(1, j))
 

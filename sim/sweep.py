@@ -57,7 +57,7 @@ def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int 
                 rows.append(future.result())
                 bar.update()
     bar.close()
-    return sorted(rows, key=lambda r: tuple(str(r[k]) for k in (*AXES, "seed")))
+    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] or 0) for k in (*AXES, "seed")))
 
 
 def summarize(rows: list[dict], metrics: Iterable[str], level: float = 0.95) -> list[dict]:

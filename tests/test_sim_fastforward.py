@@ -121,3 +121,17 @@ def test_a_prompt_whose_last_chunk_is_one_token_starts_its_output_in_a_fast_forw
     assert sum(p.num_tokens for p in ff.passes) == 40
     d = Disaggregation(1, 1, make, MODEL.kv_bytes_per_token(), link_bytes_per_s=10e9)
     assert_same_runs(trace, make, ROOFLINE, disaggregate=d)
+
+
+def test_passes_started_counts_the_pass_in_flight():
+    from sim.replica import passes_started, run_time
+    rng = np.random.default_rng(6)
+    for _ in range(2000):
+        a, b, k = rng.uniform(1e-4, 1e-2), rng.choice([0.0, rng.uniform(-1e-7, 1e-5)]), int(rng.integers(1, 5000))
+        elapsed = rng.uniform(0, run_time(a, b, k))
+        ends = np.cumsum([a + b * j for j in range(k)])
+        expected = max(1, min(k, int(np.searchsorted(ends, elapsed, side="left")) + 1))
+        assert abs(passes_started(a, b, elapsed, k) - expected) <= (1 if np.isclose(ends, elapsed).any() else 0)
+    assert passes_started(1.0, 0.0, 0.0, 10) == 1  # news at the very start waits for the first pass
+    assert passes_started(1.0, 0.0, 3.0, 10) == 3  # exactly at a boundary: no pass in flight
+    assert passes_started(1.0, 0.0, 3.5, 10) == 4
