@@ -127,7 +127,8 @@ def test_passes_started_counts_the_pass_in_flight():
     from sim.replica import passes_started, run_time
     rng = np.random.default_rng(6)
     for _ in range(2000):
-        a, b, k = rng.uniform(1e-4, 1e-2), rng.choice([0.0, rng.uniform(-1e-7, 1e-5)]), int(rng.integers(1, 5000))
+        a, k = rng.uniform(1e-4, 1e-2), int(rng.integers(1, 5000))
+        b = rng.choice([0.0, rng.uniform(-a / (2 * k), 1e-5)])  # passes stay positive, as cost models keep them
         elapsed = rng.uniform(0, run_time(a, b, k))
         ends = np.cumsum([a + b * j for j in range(k)])
         expected = max(1, min(k, int(np.searchsorted(ends, elapsed, side="left")) + 1))
