@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import io
 import json
 from dataclasses import dataclass, field
@@ -179,13 +180,19 @@ class RowWriter:
     def __init__(self, jsonl_path: str | Path, csv_path: str | Path | None = None):
         self.jsonl_path = Path(jsonl_path)
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-        self._jsonl: TextIO = open(self.jsonl_path, "a", encoding="utf-8")
+        self._jsonl: TextIO = _open_text(self.jsonl_path, "a")
         self.csv_path = Path(csv_path) if csv_path else None
         self._csv: TextIO | None = None
         self._columns: list[str] | None = None
         if self.csv_path is not None and self.csv_path.exists() and self.csv_path.stat().st_size:
             with open(self.csv_path, newline="", encoding="utf-8") as f:
                 self._columns = next(csv.reader(f))
+
+    def write_many(self, rows: Iterable[dict]) -> None:
+        """Several rows, flushed once at the end (a .gz file compresses far better that way)."""
+        for row in rows:
+            self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
 
     def write(self, row: dict) -> None:
         self._jsonl.write(json.dumps(row) + "\n")
@@ -216,18 +223,25 @@ class RowWriter:
         self.close()
 
 
+def _open_text(path: Path, mode: str) -> TextIO:
+    """A text file, gzip-compressed when its name ends in .gz."""
+    if path.suffix == ".gz":
+        return gzip.open(path, mode + "t", encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
 def write_jsonl(records: Iterable, path: str | Path) -> None:
     """Write records (dataclasses or dicts) to a JSONL file, replacing it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with _open_text(path, "w") as f:
         for r in records:
             f.write(json.dumps(r if isinstance(r, dict) else to_dict(r)) + "\n")
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
-    """Rows of a JSONL file as dicts."""
-    with open(path, encoding="utf-8") as f:
+    """Rows of a JSONL file (optionally .gz) as dicts."""
+    with _open_text(Path(path), "r") as f:
         for line_no, line in enumerate(f, 1):
             if line.strip():
                 try:

@@ -6,7 +6,7 @@ public formats into it. Both the real engine and the simulator replay a `Trace`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,6 +21,8 @@ class Trace:
     priority: optional integer priority per request (lower runs first).
     block_hashes: optional per-request list of prompt block hashes (prefix caching).
     name: where it came from, for messages and reports.
+    notes: counts of what loading changed, for reports (e.g. {"dropped_failed": 12,
+        "out_of_order": 3} from a public-format converter); empty for generated traces.
     """
 
     arrival_s: np.ndarray
@@ -30,6 +32,7 @@ class Trace:
     priority: np.ndarray | None = None
     block_hashes: list[list[int]] | None = None
     name: str = "trace"
+    notes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
@@ -46,6 +49,22 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def take(self, index: np.ndarray) -> "Trace":
+        """The requests at `index` (integer positions or a boolean mask), optional columns kept
+        (notes stay with the original); the tools use it so that no column is forgotten."""
+        index = np.asarray(index)
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        return Trace(
+            arrival_s=self.arrival_s[index],
+            prompt_tokens=self.prompt_tokens[index],
+            output_tokens=self.output_tokens[index],
+            request_id=None if self.request_id is None else [self.request_id[i] for i in index],
+            priority=None if self.priority is None else self.priority[index],
+            block_hashes=None if self.block_hashes is None else [self.block_hashes[i] for i in index],
+            name=self.name,
+        )
 
     def ids(self) -> list[str]:
         """Request ids: the trace's own, or the row index."""

@@ -1,0 +1,151 @@
+"""The model's passes rebuilt from fused Triton kernels, for the GPU.
+
+Same weights, same cache, same function as `Qwen2.forward` (the eager path, which the CPU and CI
+run); fewer launches and no host work inside a pass, so the passes can be captured as CUDA graphs
+(`engine.cuda_graphs`).
+
+- `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
+  operations folded in (`engine.kernels.gemv`) and the attention.
+- `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
+  (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
+- `prefill`: fresh prompts of one length; as `decode`, with flash attention over the prompt.
+Each returns the greedy next token of every sequence.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.kernels import gemv as G
+from engine.kernels.attention import DecodeAttention
+from engine.kernels.elementwise import rmsnorm, rope_and_cache, silu_mul
+from engine.model import KVCache, Qwen2
+
+
+class FastPath:
+    """The passes of one model, over its own weight tensors (nothing is copied)."""
+
+    def __init__(self, model: Qwen2, b1_tiles: dict | None = None):
+        c = model.config
+        self.model, self.config = model, c
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.eps = c.rms_norm_eps
+        self.layers = [(l.input_layernorm.weight, l.self_attn.qkv_proj.weight, l.self_attn.qkv_proj.bias,
+                        l.self_attn.o_proj.weight, l.post_attention_layernorm.weight, l.mlp.gate_up_proj.weight,
+                        l.mlp.down_proj.weight) for l in model.layers]
+        self.embed, self.final_norm, self.lm_head = model.embed_tokens.weight, model.norm.weight, model.lm_head_weight
+        self.cos, self.sin = model.rotary.cos, model.rotary.sin
+        # (rows per program, input tile width, warps) of each batch-1 kernel, from
+        # benchmarks/profile_decode.py on an H200.
+        self.tiles = {"qkv": (2, 512, 4), "o": (8, 2048, 4), "gate_up": (4, 256, 4), "down": (2, 2048, 8),
+                      "lm_head": (16, 512, 8)}
+        self.tiles.update(b1_tiles or {})
+        half = self.head_dim // 2  # a qkv program covers rows in both halves of one head
+        self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), *self.tiles["qkv"][1:])
+        self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling
+
+    def _mark(self, label: str) -> None:
+        if self.trace is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.trace.append((label, event))
+
+    def _greedy(self, hidden: Tensor) -> Tensor:
+        """Final norm, lm_head, argmax for hidden [N, H]."""
+        x = rmsnorm(hidden.contiguous(), self.final_norm, self.eps, torch.empty_like(hidden))
+        return F.linear(x, self.lm_head).argmax(-1)
+
+    def decode_b1(self, token: Tensor, position: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
+        """One decode pass at batch 1: token, position are [1] device tensors."""
+        t, mark = self.tiles, self._mark
+        h = self.embed[token].view(-1)  # a fresh buffer the kernels update in place
+        q = torch.empty(self.heads * self.head_dim, dtype=h.dtype, device=h.device)
+        attn_out = torch.empty_like(q)
+        act = torch.empty(self.config.intermediate_size, dtype=h.dtype, device=h.device)
+        lens = position + 1
+        mark("embed")
+        for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
+            G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
+                             cache.v[i], self.heads, self.kv_heads, *t["qkv"])
+            mark("qkv+norm+rope")
+            attention(q, cache.k[i], cache.v[i], lens, attn_out)
+            mark("attention")
+            G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2])
+            mark("o+residual")
+            G.gate_up_silu(w_gu, h, ln2, self.eps, act, *t["gate_up"])
+            mark("gate_up+norm+silu")
+            G.gemv(w_down, act, h, residual=h, rows=t["down"][0], block_k=t["down"][1], warps=t["down"][2])
+            mark("down+residual")
+        logits = torch.empty(self.lm_head.shape[0], dtype=h.dtype, device=h.device)
+        G.gemv(self.lm_head, h, logits, norm_weight=self.final_norm, eps=self.eps,
+               rows=t["lm_head"][0], block_k=t["lm_head"][1], warps=t["lm_head"][2])
+        mark("lm_head+norm")
+        token = logits.argmax(-1, keepdim=True)
+        mark("argmax")
+        return token
+
+    def decode(self, tokens: Tensor, positions: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
+        """One decode pass for a batch: tokens, positions [B] device tensors."""
+        B, mark = tokens.shape[0], self._mark
+        h = self.embed[tokens]
+        x = torch.empty_like(h)
+        q = torch.empty(B, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
+        attn_out = torch.empty(B, self.heads * self.head_dim, dtype=h.dtype, device=h.device)
+        act = h.new_empty(B, self.config.intermediate_size)
+        lens = positions + 1
+        mark("embed")
+        delta = None  # the previous block's output, added to h by the next norm
+        for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
+            rmsnorm(h, ln1, self.eps, x, delta)
+            mark("residual+norm")
+            qkv = F.linear(x, w_qkv, b_qkv)
+            mark("qkv")
+            rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
+                           self.kv_heads, 1)
+            mark("rope+cache write")
+            attention(q, cache.k[i], cache.v[i], lens, attn_out)
+            mark("attention")
+            o = F.linear(attn_out, w_o)
+            mark("o")
+            rmsnorm(h, ln2, self.eps, x, o)
+            mark("residual+norm")
+            gate_up = F.linear(x, w_gu)
+            mark("gate_up")
+            silu_mul(gate_up, act)
+            mark("silu*up")
+            delta = F.linear(act, w_down)
+            mark("down")
+        h += delta
+        token = self._greedy(h)
+        mark("norm+lm_head+argmax")
+        return token
+
+    def prefill(self, tokens: Tensor, cache: KVCache) -> Tensor:
+        """The prefill pass of B fresh prompts of one length T: tokens [B, T]."""
+        B, T = tokens.shape
+        h = self.embed[tokens].view(B * T, -1)
+        x = torch.empty_like(h)
+        q = torch.empty(B * T, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
+        positions = torch.arange(T, device=h.device).repeat(B)
+        delta = None
+        for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
+            rmsnorm(h, ln1, self.eps, x, delta)
+            rope_and_cache(F.linear(x, w_qkv, b_qkv), positions, self.cos, self.sin, q, cache.k[i], cache.v[i],
+                           self.heads, self.kv_heads, T)
+            attn = _causal_attention(q.view(B, T, self.heads, self.head_dim).transpose(1, 2),
+                                     cache.k[i][:, :, :T], cache.v[i][:, :, :T])
+            rmsnorm(h, ln2, self.eps, x, F.linear(attn.transpose(1, 2).reshape(B * T, -1), w_o))
+            delta = F.linear(silu_mul(F.linear(x, w_gu), h.new_empty(B * T, w_down.shape[1])), w_down)
+        h += delta
+        return self._greedy(h.view(B, T, -1)[:, -1])
+
+
+def _causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """q [B, heads, T, D], k, v [B, kv_heads, T, D]: causal attention, K/V shared by query groups."""
+    group = q.shape[1] // k.shape[1]
+    try:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    except TypeError:  # torch < 2.5 has no enable_gqa
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                                              is_causal=True)

@@ -1,0 +1,163 @@
+"""Building a model: from a Hugging Face checkpoint directory, or from a preset with random weights.
+
+A checkpoint directory has the layout of Qwen/Qwen2.5-1.5B on the Hub: `config.json` and either
+one `model.safetensors` or shards listed in `model.safetensors.index.json`. Tensor names are
+Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...); q/k/v and gate/up are fused here
+into the engine's `qkv_proj` and `gate_up_proj`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from engine.config import ModelConfig, get_preset
+from engine.model import Qwen2
+
+DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded: missing files, missing or mis-shaped tensors."""
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of float16, bfloat16, float32") from None
+
+
+def _checkpoint_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    single = path / "model.safetensors"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [path / s for s in shards]
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise CheckpointError(f"{index}: lists shards that are not there: {', '.join(missing)}")
+        return files
+    if single.exists():
+        return [single]
+    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
+    """Every tensor of a safetensors checkpoint (single file or sharded), by its Hub name."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, Tensor] = {}
+    for f in _checkpoint_files(Path(path)):
+        tensors.update(load_file(str(f)))
+    return tensors
+
+
+def hf_to_engine(config: ModelConfig, tensors: dict[str, Tensor], source: str = "checkpoint") -> dict[str, Tensor]:
+    """Map Hugging Face tensor names to this engine's (fusing q/k/v and gate/up), checking that
+    every tensor is there with the shape the config implies."""
+    h, kv = config.hidden_size, config.num_key_value_heads * config.head_dim
+    q, inter = config.num_attention_heads * config.head_dim, config.intermediate_size
+    expected = {"model.embed_tokens.weight": (config.vocab_size, h), "model.norm.weight": (h,)}
+    if not config.tie_word_embeddings:
+        expected["lm_head.weight"] = (config.vocab_size, h)
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        expected.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.q_proj.bias": (q,),
+            p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.k_proj.bias": (kv,),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.v_proj.bias": (kv,),
+            p + "self_attn.o_proj.weight": (h, q),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        })
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise CheckpointError(f"{source}: missing tensors {', '.join(missing[:5])}{more}")
+    bad = [f"{k}: {tuple(tensors[k].shape)}, expected {shape}" for k, shape in expected.items()
+           if tuple(tensors[k].shape) != shape]
+    if bad:
+        raise CheckpointError(f"{source}: mis-shaped tensors: " + "; ".join(bad[:5]))
+
+    out = {"embed_tokens.weight": tensors["model.embed_tokens.weight"], "norm.weight": tensors["model.norm.weight"]}
+    if not config.tie_word_embeddings:
+        out["lm_head.weight"] = tensors["lm_head.weight"]
+    for i in range(config.num_hidden_layers):
+        p, e = f"model.layers.{i}.", f"layers.{i}."
+        a = p + "self_attn."
+        out[e + "input_layernorm.weight"] = tensors[p + "input_layernorm.weight"]
+        out[e + "post_attention_layernorm.weight"] = tensors[p + "post_attention_layernorm.weight"]
+        out[e + "self_attn.qkv_proj.weight"] = torch.cat([tensors[a + f"{x}_proj.weight"] for x in "qkv"])
+        out[e + "self_attn.qkv_proj.bias"] = torch.cat([tensors[a + f"{x}_proj.bias"] for x in "qkv"])
+        out[e + "self_attn.o_proj.weight"] = tensors[a + "o_proj.weight"]
+        out[e + "mlp.gate_up_proj.weight"] = torch.cat([tensors[p + "mlp.gate_proj.weight"],
+                                                        tensors[p + "mlp.up_proj.weight"]])
+        out[e + "mlp.down_proj.weight"] = tensors[p + "mlp.down_proj.weight"]
+    return out
+
+
+def engine_to_hf(model: Qwen2) -> dict[str, Tensor]:
+    """The engine's weights under Hugging Face names (splitting the fused projections), e.g. to
+    load them into transformers' Qwen2ForCausalLM for a baseline on the very same weights."""
+    c = model.config
+    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    sd = model.state_dict()
+    out = {"model.embed_tokens.weight": sd["embed_tokens.weight"], "model.norm.weight": sd["norm.weight"]}
+    out["lm_head.weight"] = sd["embed_tokens.weight"] if c.tie_word_embeddings else sd["lm_head.weight"]
+    for i in range(c.num_hidden_layers):
+        p, e = f"model.layers.{i}.", f"layers.{i}."
+        out[p + "input_layernorm.weight"] = sd[e + "input_layernorm.weight"]
+        out[p + "post_attention_layernorm.weight"] = sd[e + "post_attention_layernorm.weight"]
+        for part, w, b in zip("qkv", sd[e + "self_attn.qkv_proj.weight"].split((q, kv, kv)),
+                              sd[e + "self_attn.qkv_proj.bias"].split((q, kv, kv))):
+            out[p + f"self_attn.{part}_proj.weight"] = w
+            out[p + f"self_attn.{part}_proj.bias"] = b
+        out[p + "self_attn.o_proj.weight"] = sd[e + "self_attn.o_proj.weight"]
+        gate, up = sd[e + "mlp.gate_up_proj.weight"].chunk(2)
+        out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gate, up
+        out[p + "mlp.down_proj.weight"] = sd[e + "mlp.down_proj.weight"]
+    return out
+
+
+def load_checkpoint(path: str | Path, dtype: torch.dtype | str = "float16",
+                    device: str | torch.device = "cpu") -> Qwen2:
+    """A model from a Hugging Face checkpoint directory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a checkpoint directory")
+    config = ModelConfig.from_json(path)
+    weights = hf_to_engine(config, read_checkpoint(path), source=str(path))
+    with torch.device("meta"):
+        model = Qwen2(config)
+    model = model.to_empty(device=device)
+    model.load_state_dict(weights, strict=True)
+    model.rotary.build(device)
+    return model.to(parse_dtype(dtype)).eval()
+
+
+def build_random(preset: str | ModelConfig, dtype: torch.dtype | str = "float16",
+                 device: str | torch.device = "cpu", seed: int = 0, std: float = 0.02) -> Qwen2:
+    """A model from a preset (or config) with seeded random weights, made directly on `device`."""
+    config = get_preset(preset) if isinstance(preset, str) else preset
+    with torch.device("meta"):
+        model = Qwen2(config)
+    model = model.to_empty(device=device)
+    model.rotary.build(device)
+    model.init_random(seed, std)
+    return model.to(parse_dtype(dtype)).eval()
+
+
+def load_model(source: str, dtype: torch.dtype | str = "float16", device: str | torch.device = "cpu",
+               seed: int = 0) -> tuple[Qwen2, str]:
+    """`source` is a preset name (random weights) or a checkpoint directory. Returns the model and
+    its weights kind, "random" or "checkpoint"."""
+    if Path(source).is_dir():
+        return load_checkpoint(source, dtype, device), "checkpoint"
+    return build_random(source, dtype, device, seed), "random"

@@ -1,0 +1,57 @@
+"""The fused-kernel passes (the GPU path) give the eager model's tokens.
+
+On the CPU the kernels run in Triton's interpreter, without CUDA graphs; tests/test_gpu.py runs
+the same checks on a GPU with graphs captured.
+"""
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from engine.cuda_graphs import GraphDecoder  # noqa: E402
+from engine.engines import generate  # noqa: E402
+from engine.weights import build_random  # noqa: E402
+
+# Tiles small enough for the tiny model's shapes (hidden 64, head_dim 16, intermediate 128).
+TINY_TILES = {"qkv": (8, 64, 4), "o": (8, 64, 4), "gate_up": (16, 64, 4), "down": (8, 128, 4), "lm_head": (4096, 64, 4)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_random("tiny", dtype="float32", seed=0, std=0.3)
+
+
+def test_batch_1_fused_decode_gives_the_eager_tokens(model):
+    prompt = [[(7 * i + 3) % 150000 for i in range(12)]]
+    eager = generate(model, prompt, 8, engine="cached").tokens
+    fast = generate(model, prompt, 8, engine="cached", decoder=GraphDecoder(model, False, TINY_TILES)).tokens
+    assert fast == eager
+
+
+def test_batched_decode_and_prefill_give_the_eager_tokens(model):
+    prompts = [[(5 * i + b) % 150000 for i in range(9)] for b in range(3)]
+    eager = generate(model, prompts, 6, engine="batched").tokens
+    fast = generate(model, prompts, 6, engine="batched", decoder=GraphDecoder(model, False, TINY_TILES)).tokens
+    assert fast == eager
+
+
+def test_prompts_of_different_lengths_prefill_eagerly_then_decode_fused(model):
+    prompts = [[(3 * i + b) % 150000 for i in range(5 + 4 * b)] for b in range(3)]
+    eager = generate(model, prompts, 5, engine="batched").tokens
+    fast = generate(model, prompts, 5, engine="batched", decoder=GraphDecoder(model, False, TINY_TILES)).tokens
+    assert fast == eager
+
+
+def test_the_decoder_reuses_its_cache_across_runs_of_one_shape(model):
+    decoder = GraphDecoder(model, False, TINY_TILES)
+    prompt = [[(11 * i) % 150000 for i in range(7)]]
+    first = generate(model, prompt, 4, engine="cached", decoder=decoder)
+    cache = decoder._cache
+    second = generate(model, prompt, 4, engine="cached", decoder=decoder)
+    assert decoder._cache is cache and first.tokens == second.tokens
+
+
+def test_graphs_need_a_gpu_model(model):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="CUDA graphs need the model on a CUDA device"):
+        GraphDecoder(model)

@@ -1,0 +1,126 @@
+"""Converters from the public production-trace formats into a `Trace`.
+
+Every converter checks every row (bad cells raise `TraceError` with the file and line), then:
+- drops requests with a zero token count and counts them in `trace.notes` (BurstGPT marks failed
+  requests with 0 response tokens; a zero elsewhere cannot be replayed either);
+- SORTS by arrival time (stable), because raw public files need not be in order, and counts in
+  `notes["out_of_order"]` the rows that came earlier than the row before them;
+- sets `arrival_s` to seconds since the first kept request.
+Negative, fractional or unparsable values are errors, not drops: they mean the file is broken.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from traces.csvfile import integers, read_columns, read_header, require_columns, seconds, timestamps_ns
+from traces.errors import TraceError
+from traces.trace import Trace
+
+MOONCAKE_BLOCK_TOKENS = 512  # each Mooncake hash id stands for one block of this many prompt tokens
+
+_count = partial(integers, minimum=0)  # zeros are allowed here, then dropped and counted
+
+
+def load_azure(path: str | Path) -> Trace:
+    """Azure LLM inference trace, 2023 (Splitwise) or 2024 (DynamoLLM): columns `TIMESTAMP`
+    (wall clock, e.g. `2023-11-16 18:15:46.6805900`, 100 ns resolution, a `+00:00` offset in the
+    2024 files), `ContextTokens` (prompt) and `GeneratedTokens` (output). Sorted by time; times
+    are differenced as integer nanoseconds, so the 7th fractional digit is kept."""
+    path = Path(path)
+    header = read_header(path)
+    require_columns(path, header, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+    columns = read_columns(path, header, {"TIMESTAMP": timestamps_ns, "ContextTokens": _count,
+                                          "GeneratedTokens": _count}, text_columns=("TIMESTAMP",))
+    return _finish(path, columns["TIMESTAMP"], 1e9, columns["ContextTokens"],
+                   columns["GeneratedTokens"], zero_output="dropped_zero_output")
+
+
+def load_burstgpt(path: str | Path) -> Trace:
+    """BurstGPT (GPT-3.5/GPT-4 behind Azure OpenAI): columns `Timestamp` (seconds from the first
+    day's midnight), `Model`, `Request tokens`, `Response tokens`, `Total tokens`, `Log Type`.
+    Failed requests (0 response tokens) are dropped and counted in `notes["dropped_failed"]`;
+    the model and log type are not kept. Sorted by time."""
+    path = Path(path)
+    header = read_header(path)
+    require_columns(path, header, ["Timestamp", "Request tokens", "Response tokens"])
+    columns = read_columns(path, header, {"Timestamp": seconds, "Request tokens": _count,
+                                          "Response tokens": _count})
+    return _finish(path, columns["Timestamp"], 1.0, columns["Request tokens"],
+                   columns["Response tokens"], zero_output="dropped_failed")
+
+
+def load_mooncake(path: str | Path) -> Trace:
+    """Mooncake JSONL, one request a line: `timestamp` (milliseconds), `input_length`,
+    `output_length` and `hash_ids` (one id per 512-token prompt block, shared ids = shared
+    prefixes), kept as `block_hashes`. Blank lines are skipped. Sorted by time."""
+    path = Path(path)
+    times, prompts, outputs, hashes = [], [], [], []
+    any_hashes = False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise TraceError(path, line, f"not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise TraceError(path, line, "expected a JSON object per line")
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in record:
+                    raise TraceError(path, line, f"missing {key!r}")
+            times.append(_json_ms(path, line, record["timestamp"]))
+            prompts.append(_json_count(path, line, "input_length", record["input_length"]))
+            outputs.append(_json_count(path, line, "output_length", record["output_length"]))
+            ids = record.get("hash_ids", [])
+            if not isinstance(ids, list) or not all(_is_int(h) for h in ids):
+                raise TraceError(path, line, f"hash_ids must be a list of whole numbers, got {ids!r}")
+            any_hashes = any_hashes or "hash_ids" in record
+            hashes.append(ids)
+    if not times:
+        raise TraceError(path, 1, "the file is empty (expected one JSON request per line)")
+    return _finish(path, np.array(times, dtype=np.float64), 1e3, np.array(prompts), np.array(outputs),
+                   zero_output="dropped_zero_output", block_hashes=hashes if any_hashes else None)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _json_ms(path: Path, line: int, value: object) -> float:
+    if _is_int(value) or (isinstance(value, float) and math.isfinite(value)):
+        if value >= 0:
+            return float(value)
+    raise TraceError(path, line, f"timestamp must be a non-negative number of milliseconds, got {value!r}")
+
+
+def _json_count(path: Path, line: int, key: str, value: object) -> int:
+    if not _is_int(value):
+        raise TraceError(path, line, f"{key} must be a whole number, got {value!r}")
+    if value < 0:
+        raise TraceError(path, line, f"{key} is negative, got {value}")
+    return value
+
+
+def _finish(path: Path, times: np.ndarray, per_second: float, prompts: np.ndarray,
+            outputs: np.ndarray, zero_output: str,
+            block_hashes: list[list[int]] | None = None) -> Trace:
+    """Drop zero-token requests (counted), sort by time, and rebase to the first request."""
+    zero_out = outputs == 0
+    zero_prompt = (prompts == 0) & ~zero_out
+    keep = np.flatnonzero(~zero_out & ~zero_prompt)
+    if keep.size == 0:
+        raise TraceError(path, 2, "no requests left after dropping those with zero tokens")
+    notes = {zero_output: int(zero_out.sum()), "dropped_zero_prompt": int(zero_prompt.sum()),
+             "out_of_order": int(np.sum(np.diff(times) < 0))}
+    keep = keep[np.argsort(times[keep], kind="stable")]
+    kept_times = times[keep]
+    arrival_s = (kept_times - kept_times[0]).astype(np.float64) / per_second
+    return Trace(arrival_s=arrival_s, prompt_tokens=prompts[keep], output_tokens=outputs[keep],
+                 block_hashes=None if block_hashes is None else [block_hashes[i] for i in keep],
+                 name=path.stem, notes=notes)

@@ -1,0 +1,86 @@
+"""Cutting and reshaping traces: time windows, rate scaling, clipping to a model's context, and
+the summary numbers a report quotes (rate, busiest minute, token percentiles)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from traces.trace import Trace
+
+
+def window(trace: Trace, start_s: float, end_s: float, rebase: bool = True) -> Trace:
+    """The requests arriving in [start_s, end_s); with `rebase`, times are shifted so that
+    `start_s` becomes 0 (a gap before the first request in the window is kept)."""
+    if end_s <= start_s:
+        raise ValueError(f"window end {end_s} must be after its start {start_s}")
+    cut = trace.take((trace.arrival_s >= start_s) & (trace.arrival_s < end_s))
+    if rebase:
+        cut.arrival_s = cut.arrival_s - start_s
+    cut.name = f"{trace.name}[{start_s:g}s,{end_s:g}s)"
+    return cut
+
+
+def scale_rate(trace: Trace, target_rate: float) -> Trace:
+    """Stretch or compress time (around t = 0) so that the mean rate, (n - 1) / span as in
+    `Trace.rate`, becomes `target_rate`; gaps keep their shape, only their scale changes."""
+    if not target_rate > 0 or not np.isfinite(target_rate):
+        raise ValueError(f"target rate must be a positive number, got {target_rate}")
+    if not trace.span_s > 0:
+        raise ValueError(f"trace {trace.name!r} has no time span (fewer than two distinct "
+                         "arrival times), so it has no rate to scale")
+    factor = trace.rate / target_rate
+    return replace(trace, arrival_s=trace.arrival_s * factor, notes={},
+                   name=f"{trace.name}@{target_rate:g}rps")
+
+
+@dataclass
+class ClipReport:
+    """What `clip_to_context` changed."""
+
+    kept: int
+    dropped: int  # prompt alone fills the context: no room for one output token
+    clipped: int  # output shortened so that prompt + output fits
+    output_tokens_removed: int  # across the clipped requests
+
+
+def clip_to_context(trace: Trace, context_length: int) -> tuple[Trace, ClipReport]:
+    """Make every request fit a model's context: drop those whose prompt is >= context_length,
+    cut the output of those whose prompt + output exceeds it. Returns the trace and the counts."""
+    if context_length < 2:
+        raise ValueError(f"context length must be at least 2 tokens, got {context_length}")
+    fits = trace.prompt_tokens < context_length
+    kept = trace.take(fits)
+    room = context_length - kept.prompt_tokens
+    over = kept.output_tokens > room
+    report = ClipReport(kept=len(kept), dropped=int((~fits).sum()), clipped=int(over.sum()),
+                        output_tokens_removed=int((kept.output_tokens - room)[over].sum()))
+    kept.output_tokens = np.minimum(kept.output_tokens, room)
+    kept.name = f"{trace.name}|ctx{context_length}"
+    return kept, report
+
+
+def rate_per_window(trace: Trace, window_s: float = 600.0) -> np.ndarray:
+    """Requests per second in consecutive windows of `window_s` from the first arrival. Every
+    window, the last (usually partial) one included, is divided by the full `window_s`."""
+    if len(trace) == 0:
+        return np.zeros(0)
+    offsets = trace.arrival_s - trace.arrival_s[0]
+    counts = np.bincount((offsets // window_s).astype(np.int64))
+    return counts / window_s
+
+
+def summary(trace: Trace) -> dict[str, float | int | str]:
+    """Requests, span, mean rate, busiest one-minute window (fixed minutes from the first
+    arrival) and token percentiles: the numbers to check a trace against before replaying it."""
+    stats: dict[str, float | int | str] = {
+        "name": trace.name, "requests": len(trace), "span_s": trace.span_s,
+        "mean_rate": trace.rate,
+        "busiest_minute_rate": float(rate_per_window(trace, 60.0).max()) if len(trace) else 0.0,
+    }
+    for label, tokens in (("prompt", trace.prompt_tokens), ("output", trace.output_tokens)):
+        p50, p90, p99 = np.percentile(tokens, [50, 90, 99]) if len(trace) else (0.0, 0.0, 0.0)
+        stats |= {f"{label}_p50": float(p50), f"{label}_p90": float(p90), f"{label}_p99": float(p99),
+                  f"{label}_max": int(tokens.max()) if len(trace) else 0}
+    stats |= {f"note_{key}": value for key, value in trace.notes.items()}
+    return stats
