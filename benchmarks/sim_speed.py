@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -26,21 +24,9 @@ from sim.cost import RooflineCost  # noqa: E402
 from sim.kv import KVCache, blocks_for_gpu  # noqa: E402
 from sim.policy import ContinuousBatching  # noqa: E402
 from sim.run import simulate  # noqa: E402
-from traces.trace import Trace  # noqa: E402
+from traces.io import load_trace  # noqa: E402
 
 AZURE_CONV = ROOT.parent / "shared" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
-
-
-def load_azure(path: Path) -> Trace:
-    """The Azure CSV as a Trace: traces.io's loader once it has landed, else a pandas reading."""
-    try:
-        from traces.io import load_trace
-    except ImportError:
-        import pandas as pd
-        df = pd.read_csv(path)
-        t = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
-        return Trace(t - t[0], df["ContextTokens"].to_numpy(), df["GeneratedTokens"].to_numpy(), name=path.name)
-    return load_trace(path, fmt="azure")
 
 
 def main() -> None:
@@ -53,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    trace = load_azure(args.trace)
+    trace = load_trace(args.trace)
     load_s = time.perf_counter() - t0
     model, gpu = get_preset("qwen2.5-1.5b"), get_gpu("h200")
     cost = RooflineCost(model, gpu)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +19,8 @@ from sim.kv import KVCache, PrefixCache, blocks_for_gpu
 from sim.policy import (ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority,
                         shortest_prompt_first)
 from sim.run import Disaggregation, SimResult, simulate
+from traces.generate import poisson
+from traces.io import load_trace
 from traces.trace import Trace
 
 POLICIES = {
@@ -95,43 +96,25 @@ class RunSpec:
 
 @lru_cache(maxsize=4)
 def load_trace_file(path: str, fmt: str | None = None) -> Trace:
-    """A trace file in any format `traces.io` reads (detected, or named by `fmt`)."""
-    try:
-        from traces.io import load_trace
-    except ImportError:  # traces.io not merged yet: read the project and Azure CSVs directly
-        return _read_csv_trace(Path(path), fmt)
+    """A trace file in any format `traces.io` reads (detected, or named by `fmt`); cached, as a
+    sweep's worker replays the same file many times."""
     return load_trace(path, fmt=fmt)
 
 
-def _read_csv_trace(path: Path, fmt: str | None) -> Trace:
-    import pandas as pd
-    if not path.exists():
-        raise ValueError(f"trace file {path} does not exist")
-    df = pd.read_csv(path)
-    if fmt in (None, "azure") and {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= set(df.columns):
-        t = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
-        return Trace(t - t[0], df["ContextTokens"].to_numpy(), df["GeneratedTokens"].to_numpy(), name=path.name)
-    if fmt in (None, "project") and {"arrival_s", "prompt_tokens", "output_tokens"} <= set(df.columns):
-        return Trace(df["arrival_s"].to_numpy(), df["prompt_tokens"].to_numpy(), df["output_tokens"].to_numpy(),
-                     request_id=df["request_id"].astype(str).tolist() if "request_id" in df else None,
-                     priority=df["priority"].to_numpy() if "priority" in df else None, name=path.name)
-    raise ValueError(f"{path}: not a trace this reader knows (columns {list(df.columns)})")
-
-
 def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int) -> Trace:
-    """The trace with its first `limit` requests, and arrivals either Poisson at `rate`
-    (seeded; the lengths keep their order) or the trace's own compressed by `rate_scale`."""
-    n = len(trace) if limit is None else min(limit, len(trace))
+    """The trace's first `limit` requests, arriving either as a Poisson process at `rate` (seeded,
+    first at t = 0; the lengths keep their order) or at the trace's own times, sped up
+    `rate_scale` times."""
+    if limit is not None and limit < len(trace):
+        trace = trace.take(np.arange(limit))
     if rate is not None:
-        gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
-        arrival = np.cumsum(gaps) - gaps[0]
+        arrival = poisson(rate, n=len(trace), seed=seed).arrival_s
+    elif rate_scale != 1.0:
+        arrival = (trace.arrival_s - (trace.arrival_s[0] if len(trace) else 0.0)) / rate_scale
     else:
-        arrival = (trace.arrival_s[:n] - (trace.arrival_s[0] if n else 0.0)) / rate_scale
-    return Trace(arrival, trace.prompt_tokens[:n], trace.output_tokens[:n],
-                 request_id=trace.request_id[:n] if trace.request_id is not None else None,
-                 priority=trace.priority[:n] if trace.priority is not None else None,
-                 block_hashes=trace.block_hashes[:n] if trace.block_hashes is not None else None,
-                 name=trace.name)
+        return trace
+    return Trace(arrival, trace.prompt_tokens, trace.output_tokens, trace.request_id, trace.priority,
+                 trace.block_hashes, trace.name)
 
 
 def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:

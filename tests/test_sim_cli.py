@@ -74,7 +74,8 @@ def test_a_bad_trace_or_router_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_s,prompt_tokens,output_tokens\n1.0,10,10\n0.5,10,10\n")
     assert main(["run", "--trace", str(bad)]) == 2
-    assert "arrivals must be in time order" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bad.csv, line 3" in err and "time order" in err  # traces.io names the line
     assert main(["run", "--trace", str(tmp_path / "missing.csv")]) == 2
     with pytest.raises(SystemExit):
         main(["run", "--trace", str(bad), "--router", "random"])
@@ -95,3 +96,10 @@ def test_sweep_runs_a_grid_with_replications(trace_csv, tmp_path, capsys):
 def test_help_runs():
     out = subprocess.run([sys.executable, "-m", "sim", "run", "--help"], capture_output=True, text=True, check=True)
     assert "--policy" in out.stdout and "--cost" in out.stdout
+
+
+def test_the_simulator_never_imports_torch_and_the_policy_never_imports_simpy():
+    code = ("import sys, sim.__main__, sim.build, sim.sweep; assert 'torch' not in sys.modules, 'torch'; "
+            "[sys.modules.pop(m) for m in list(sys.modules) if m.startswith(('sim', 'simpy'))]; "
+            "import sim.policy, sim.kv; assert 'simpy' not in sys.modules, 'simpy'")
+    subprocess.run([sys.executable, "-c", code], check=True)
