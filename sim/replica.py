@@ -101,9 +101,9 @@ class Replica:
     # ------------------------------------------------------------------ the loop
 
     def loop(self):
-        scheduler = self.scheduler
+        env, scheduler = self.env, self.scheduler
         while True:
-            plan = scheduler.schedule(self.env.now)
+            plan = scheduler.schedule(env.now)
             if plan is None:
                 yield from self.idle(scheduler.next_wakeup)
                 continue
@@ -179,6 +179,6 @@ class Replica:
         self.leave(self.scheduler.on_passes_done(plan, k, start + a, env.now, times))
 
     def leave(self, seqs: list[Sequence]) -> None:
-        if self.on_leave is not None:
+        if seqs and self.on_leave is not None:
             for seq in seqs:
                 self.on_leave(seq, self)
