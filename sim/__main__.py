@@ -114,6 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} "))
             print(f"simulated {result.num_passes:,} passes to t={result.end_s:,.1f} s in {result.wall_s:.2f} s wall"
                   f"{'' if log_passes else ' (pass records off)'}")
+            if spec.prefix_caching:
+                print(f"prefix cache: {result.prefix_hit_tokens:,} prompt tokens hit "
+                      f"({result.prefix_hit_tokens / max(1, metrics.total_input_tokens):.1%} of all prompt tokens)")
         if args.out is not None:
             out = args.out if args.replications == 1 else args.out / f"rep{i}"
             write_jsonl(result.requests, out / "requests.jsonl")

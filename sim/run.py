@@ -48,6 +48,7 @@ class SimResult:
     end_s: float  # simulated time of the last event that mattered (last token or rejection)
     peak_kv_blocks: list[int] = field(default_factory=list)  # per replica
     num_steps: int = 0  # simulation steps: passes run one by one plus fast-forwarded runs
+    prefix_hit_tokens: int = 0  # prompt tokens found in a prefix cache, not computed
 
     def metrics(self, slos: dict[str, float] | None = None) -> Metrics:
         return compute_metrics(self.requests, slos)
@@ -126,4 +127,5 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
         log.sort(key=lambda p: (p.start_s, p.replica))
     return SimResult([s.record(run_id) for s in seqs], log or [], sum(r.num_passes for r in members),
                      time.perf_counter() - wall, end_s, [r.scheduler.kv.peak_used for r in members],
-                     sum(r.num_steps for r in members))
+                     sum(r.num_steps for r in members),
+                     sum(getattr(r.scheduler.kv, "hit_tokens", 0) for r in members))

@@ -103,3 +103,13 @@ def test_the_simulator_never_imports_torch_and_the_policy_never_imports_simpy():
             "[sys.modules.pop(m) for m in list(sys.modules) if m.startswith(('sim', 'simpy'))]; "
             "import sim.policy, sim.kv; assert 'simpy' not in sys.modules, 'simpy'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_mooncake_trace_drives_the_prefix_cache(tmp_path, capsys):
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 1500, "output_length": 20,
+                                        "hash_ids": [7, 8, 100 + i]}) + "\n" for i in range(30)))
+    assert main(["run", "--trace", str(path), "--policy", "chunked", "--prefix-caching"]) == 0
+    text = capsys.readouterr().out
+    # every prompt after the first finds the shared 1,024-token prefix
+    assert "prefix cache: 29,696 prompt tokens hit" in text and "Successful requests:                    30" in text
