@@ -330,22 +330,18 @@ class Scheduler:
     def on_passes_done(self, plan: ScheduledPass, k: int, first_end_s: float, end_s: float,
                        times: list[float] | None = None) -> list[Sequence]:
         """Apply `k` repetitions of a steady plan at once (the simulator's fast-forward), leaving
-        the state `k` rounds of schedule + on_pass_done would: the first pass goes through
-        on_pass_done itself (it may be a prompt's last token, sampling its first output), the
-        others are decodes of every sequence. first_end_s / end_s: when the first and the last
-        pass ended; `times`: all k end times, when token times are kept."""
+        the state k rounds of schedule + on_pass_done would. first_end_s / end_s: when the first
+        and the last pass ended; `times`: all k end times, when token times are kept."""
         more = k
         if self.kv.prefix_caching or any(s.first_token_s is None for s in plan.seqs):
+            # The first pass may end a prompt (its first token, its prefix blocks): step it.
             left = self.on_pass_done(plan, first_end_s)
-            more -= 1
-            if left or not more:
-                if more:
+            if k == 1 or left:
+                if k > 1:
                     raise RuntimeError(f"fast-forward past a sequence leaving after the first pass: {left}")
                 return left
-            if times is not None:
-                times = times[1:]
-        # else every sequence already decodes: the first pass is like the others
-        left = []
+            more, times = k - 1, times and times[1:]
+        left = []  # from here on, every pass is a decode of every sequence
         allocate = self.kv.allocate
         for seq in plan.seqs:
             if not allocate(seq, seq.num_computed + more):
