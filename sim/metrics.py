@@ -183,6 +183,61 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:
         kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)
         kv(f"Median {name.upper()} (ms):", d.median * 1e3)
         for p, v in d.percentiles.items():
-            kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
+            if p != 50:  # the median, printed above
+                kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- replications and checks
+
+
+def confidence_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the Student-t confidence interval of independent replications'
+    values (half-width nan with fewer than two)."""
+    a = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if a.size == 0:
+        return float("nan"), float("nan")
+    if a.size < 2:
+        return float(a.mean()), float("nan")
+    from scipy import stats
+    half = stats.t.ppf((1 + level) / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size)
+    return float(a.mean()), float(half)
+
+
+def summarize_replications(rows: Sequence[dict], level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Per metric of `Metrics.as_row()` rows from replications: (mean, CI half-width)."""
+    keys = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {k: confidence_interval([r[k] for r in rows if r.get(k) is not None], level) for k in keys}
+
+
+def format_replications(summary: dict[str, tuple[float, float]], n: int, level: float = 0.95,
+                        keys: Iterable[str] = ("request_throughput", "output_throughput", "request_goodput",
+                                               "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                               "mean_e2el_ms")) -> str:
+    """A table of means with their confidence intervals over `n` replications."""
+    lines = [f"{f' {n} replications, mean +- {level:.0%} CI ':=^60}"]
+    for k in keys:
+        if k in summary and not math.isnan(summary[k][0]):
+            mean, half = summary[k]
+            lines.append(f"{k:<40}{mean:<10.2f} +- {half:.2f}")
+    lines.append("=" * 60)
+    return "\n".join(lines)
+
+
+def littles_law(records: Iterable[RequestRecord]) -> tuple[float, float, float]:
+    """(L, lambda, W) over the completed requests: L the time-average number in the system,
+    measured by sweeping arrivals and departures; lambda = n / span; W the mean time in the
+    system. L = lambda * W on any consistent run."""
+    done = [r for r in records if r.completed]
+    if not done:
+        return 0.0, 0.0, 0.0
+    events = sorted([(r.arrival_s, 1) for r in done] + [(r.finish_s, -1) for r in done])
+    area, count, last = 0.0, 0, events[0][0]
+    for t, step in events:
+        area += count * (t - last)
+        count, last = count + step, t
+    span = events[-1][0] - events[0][0]
+    if span <= 0:
+        return 0.0, 0.0, 0.0
+    return area / span, len(done) / span, sum(r.finish_s - r.arrival_s for r in done) / len(done)

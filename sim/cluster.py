@@ -1,0 +1,137 @@
+"""Replicas behind a router, and prefill/decode disaggregation.
+
+A router picks a replica for each arriving request from what the replicas show at that
+moment. `Cluster` routes every request to one replica; `DisaggregatedCluster` computes prompts
+on prefill replicas, moves each prompt's KV cache over a link, and decodes on decode replicas.
+"""
+from __future__ import annotations
+
+import random
+
+import simpy
+
+from sim.policy import Sequence
+from sim.replica import Replica
+
+
+class RoundRobin:
+    """Each replica in turn."""
+
+    def __init__(self, seed: int = 0):
+        self.next = 0
+
+    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
+        replica = replicas[self.next % len(replicas)]
+        self.next += 1
+        return replica
+
+
+class LeastOutstanding:
+    """The replica with the fewest requests waiting or running (lowest index on ties)."""
+
+    def __init__(self, seed: int = 0):
+        pass
+
+    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
+        return min(replicas, key=lambda r: r.scheduler.num_outstanding)
+
+
+class LeastKVLoad:
+    """The replica whose KV cache is least loaded: blocks in use plus the blocks its waiting
+    prompts will need, as a fraction of its capacity."""
+
+    def __init__(self, seed: int = 0):
+        pass
+
+    @staticmethod
+    def load(replica: Replica) -> float:
+        kv = replica.scheduler.kv
+        queued = sum(kv.blocks_for(s.num_tokens) for _, s in replica.scheduler.waiting)
+        return (replica.kv_used_blocks() + queued) / kv.num_blocks
+
+    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
+        return min(replicas, key=self.load)
+
+
+class PowerOfTwo:
+    """Two replicas drawn at random; the one with fewer outstanding requests (Mitzenmacher)."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
+        if len(replicas) == 1:
+            return replicas[0]
+        a, b = self.rng.sample(replicas, 2)
+        return min((a, b), key=lambda r: (r.scheduler.num_outstanding, r.index))
+
+
+class Cluster:
+    """Replicas behind a router; keeps every request once it has left (finished or rejected)."""
+
+    def __init__(self, replicas: list[Replica], router):
+        self.replicas = replicas
+        self.router = router
+        self.done: list[Sequence] = []
+        for r in replicas:
+            r.on_leave = self.leave
+
+    def submit(self, seq: Sequence) -> None:
+        """An arriving request goes to the replica the router picks, which queues it or
+        rejects it with the reason (it would never fit)."""
+        replica = self.router.pick(self.replicas, seq)
+        seq.replica = replica.index
+        if replica.add(seq) is not None:
+            self.done.append(seq)
+
+    def leave(self, seq: Sequence, replica: Replica) -> None:
+        self.done.append(seq)
+
+
+class DisaggregatedCluster(Cluster):
+    """Prefill replicas and decode replicas (DistServe, Splitwise). A prompt is computed on a
+    prefill replica (which produces the first token), its cache is sent to a decode replica in
+    `link_latency_s + tokens * kv_bytes_per_token / link_bytes_per_s` seconds (transfers don't
+    contend for the link), and the prefill replica frees it once sent."""
+
+    def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],
+                 prefill_router, decode_router, kv_bytes_per_token: int, link_bytes_per_s: float = 50e9,
+                 link_latency_s: float = 0.0):
+        if not prefill or not decode:
+            raise ValueError("disaggregation needs at least one prefill and one decode replica")
+        if link_bytes_per_s <= 0:
+            raise ValueError(f"link bandwidth must be positive, got {link_bytes_per_s}")
+        super().__init__(prefill, prefill_router)
+        self.env = env
+        self.decode = decode
+        self.decode_router = decode_router
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.link_bytes_per_s = link_bytes_per_s
+        self.link_latency_s = link_latency_s
+        for r in prefill:
+            r.scheduler.prefill_only = True
+        for r in decode:
+            r.on_leave = self.leave
+
+    def submit(self, seq: Sequence) -> None:
+        reason = self.decode[0].scheduler.check(seq)
+        if reason is not None:
+            seq.rejected = reason
+            self.done.append(seq)
+            return
+        super().submit(seq)
+
+    def leave(self, seq: Sequence, replica: Replica) -> None:
+        if seq.finish_s is not None:
+            self.done.append(seq)
+        else:
+            self.env.process(self.transfer(seq, replica))
+
+    def transfer(self, seq: Sequence, source: Replica):
+        """The prompt's cache crosses the link; then the request decodes on a decode replica."""
+        yield self.env.timeout(self.link_latency_s + seq.num_computed * self.kv_bytes_per_token / self.link_bytes_per_s)
+        source.scheduler.release(seq)
+        source.notify()
+        target = self.decode_router.pick(self.decode, seq)
+        seq.replica = target.index
+        target.add(seq)

@@ -1,0 +1,184 @@
+"""One replica: the SimPy process that runs a scheduler's passes, as the engine's loop does.
+
+The loop is the real engine's loop with the GPU replaced by a cost model: ask the scheduler
+for a plan, spend the pass's duration, hand the pass back (`sim.policy` documents the calls).
+
+Runs of identical decode passes are advanced in one step, exactly. When a plan is steady (every
+running sequence decodes, nothing admitted or preempted), the scheduler says how many passes
+can repeat before a sequence finishes or the cache runs short, and the cost model says pass j
+takes a + b*j seconds, so k passes take k*a + b*k*(k-1)/2. An arrival (or freed memory)
+during such a run interrupts it: the replica finishes the pass in flight and plans again, at
+the same pass boundary where it would have planned had it gone pass by pass.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import simpy
+
+from sim.cost import CostModel
+from sim.policy import ScheduledPass, Scheduler, Sequence
+from sim.records import PassRecord
+
+
+def run_time(a: float, b: float, k: int) -> float:
+    """Seconds for the first k passes of a run whose pass j takes a + b*j."""
+    return a * k + b * (k * (k - 1) // 2)
+
+
+def passes_started(a: float, b: float, elapsed: float, k: int) -> int:
+    """How many of a k-pass run's passes have started `elapsed` seconds in: the pass in flight
+    counts, since a newcomer waits for it to end (but at least one pass has always started)."""
+    h = a - b / 2  # run_time(j) = (b/2) j^2 + h j; solve for j, then correct the rounding
+    root = math.sqrt(max(0.0, h * h + 2 * b * elapsed))
+    j = min(k, int(2 * elapsed / (h + root))) if h + root > 0 else 0
+    t = a * j + b * (j * (j - 1) // 2)  # run_time(a, b, j)
+    while j < k and t + a + b * j <= elapsed:  # pass j+1 ended by then
+        t += a + b * j
+        j += 1
+    while j > 0 and t > elapsed:
+        j -= 1
+        t -= a + b * j
+    if t < elapsed:
+        j += 1  # a pass is in flight
+    return min(k, max(1, j))
+
+
+class Replica:
+    """A model instance: a scheduler, a cost model, and the process running its passes.
+
+    on_leave(seq, replica) is called for every sequence that leaves (finished, or handed off).
+    pass_log, when a list, receives a PassRecord per pass (fast-forwarded ones included).
+    """
+
+    def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
+                 on_leave: Callable[[Sequence, "Replica"], None] | None = None, *, fast_forward: bool = True,
+                 pass_log: list[PassRecord] | None = None, run_id: str = "sim"):
+        self.env, self.index, self.scheduler, self.cost = env, index, scheduler, cost
+        self.on_leave = on_leave
+        self.fast_forward = fast_forward
+        self.pass_log = pass_log
+        self.run_id = run_id
+        self.num_passes = 0
+        self.num_steps = 0  # simulation steps: passes run one by one plus fast-forwarded runs
+        self.wakeup: simpy.Event | None = None  # set while idle: news triggers it
+        self.interruptible = False  # in a timed wait (a run of passes, a timeout): news interrupts it
+        self.run: tuple | None = None  # (plan, start, a, b, k) of the fast-forwarded run in flight
+        self.process = env.process(self.loop())
+
+    # ------------------------------------------------------------------ news from outside
+
+    def add(self, seq: Sequence) -> str | None:
+        """A request routed here: queued (and the loop told, if it could join now), or rejected
+        with the reason returned."""
+        reason = self.scheduler.add(seq)
+        if reason is None and (self.run is None or self.scheduler.admits_newcomers()):
+            self.notify()
+        return reason
+
+    def notify(self) -> None:
+        """Something changed outside the loop: plan again at the next pass boundary."""
+        if self.wakeup is not None:
+            wakeup, self.wakeup = self.wakeup, None
+            wakeup.succeed()
+        elif self.interruptible:
+            self.interruptible = False
+            self.process.interrupt()
+
+    def kv_used_blocks(self) -> int:
+        """KV blocks in use now, counting the passes of a fast-forwarded run that have started."""
+        kv = self.scheduler.kv
+        used = kv.used_blocks()
+        if self.run is None:
+            return used
+        plan, start, a, b, k = self.run
+        j = passes_started(a, b, self.env.now - start, k)
+        bs = kv.block_size
+        return used + sum(max(0, -(-(c + j) // bs) - len(s.block_table))
+                          for s, c in zip(plan.seqs, plan.context_lens))
+
+    # ------------------------------------------------------------------ the loop
+
+    def loop(self):
+        env, scheduler = self.env, self.scheduler
+        while True:
+            plan = scheduler.schedule(env.now)
+            if plan is None:
+                yield from self.idle(scheduler.next_wakeup)
+                continue
+            run = self.decode_run(plan) if plan.steady and self.fast_forward else None
+            if run is None:
+                yield from self.one_pass(plan)
+            else:
+                yield from self.decode_passes(plan, *run)
+
+    def idle(self, wake_at: float | None):
+        """Nothing to run: sleep until news arrives (or until the scheduler's wake-up time)."""
+        env = self.env
+        if wake_at is None:
+            self.wakeup = env.event()
+            yield self.wakeup
+            return
+        self.interruptible = True
+        try:
+            yield env.timeout(max(0.0, wake_at - env.now))
+        except simpy.Interrupt:
+            pass
+        self.interruptible = False
+
+    def one_pass(self, plan: ScheduledPass):
+        env = self.env
+        start = env.now
+        duration = self.cost.pass_time(plan.new_tokens, plan.context_lens) + plan.swap_s
+        yield env.timeout(duration)
+        self.num_steps += 1
+        if self.pass_log is not None:
+            self.pass_log.append(PassRecord.make(self.run_id, "sim", self.num_passes, plan.new_tokens,
+                                                 plan.context_lens, start, duration, self.index))
+        self.num_passes += 1
+        self.leave(self.scheduler.on_pass_done(plan, start + duration))  # == env.now
+
+    def decode_run(self, plan: ScheduledPass) -> tuple[int, float, float] | None:
+        """(k, a, b): this steady plan repeats k > 1 times, pass j taking a + b*j; else None."""
+        line = self.cost.decode_line(len(plan.seqs), sum(plan.context_lens))
+        if line is None:
+            return None
+        a, b, valid = line
+        k = min(self.scheduler.steady_passes(plan), valid)
+        return (k, a, b) if k > 1 else None
+
+    def decode_passes(self, plan: ScheduledPass, k: int, a: float, b: float):
+        """k decode passes in one step, cut short at the first pass boundary after news."""
+        env = self.env
+        start = env.now
+        self.run = (plan, start, a, b, k)
+        self.interruptible = True
+        try:
+            yield env.timeout(a * k + b * (k * (k - 1) // 2))  # run_time(a, b, k)
+        except simpy.Interrupt:
+            k = passes_started(a, b, env.now - start, k)
+            self.run = (plan, start, a, b, k)
+            end = start + run_time(a, b, k)
+            if end > env.now:
+                yield env.timeout(end - env.now)
+        self.interruptible = False
+        self.run = None
+        self.num_steps += 1
+        times = None
+        if self.pass_log is not None or plan.seqs[0].token_times is not None:
+            times = [start + run_time(a, b, j) for j in range(1, k + 1)]
+            times[-1] = env.now
+        if self.pass_log is not None:
+            new = plan.new_tokens
+            for j in range(k):
+                self.pass_log.append(PassRecord(
+                    self.run_id, "sim", self.num_passes + j, "decode", new,
+                    [c + j for c in plan.context_lens], start + run_time(a, b, j), a + b * j, self.index))
+        self.num_passes += k
+        self.leave(self.scheduler.on_passes_done(plan, k, start + a, env.now, times))
+
+    def leave(self, seqs: list[Sequence]) -> None:
+        if seqs and self.on_leave is not None:
+            for seq in seqs:
+                self.on_leave(seq, self)

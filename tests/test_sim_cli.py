@@ -1,0 +1,115 @@
+"""`python -m sim run` and `python -m sim sweep`: tables, files, and clear errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sim.__main__ import main
+from sim.cost import FORMAT
+from sim.records import read_pass_records, read_request_records
+
+
+@pytest.fixture
+def trace_csv(tmp_path):
+    path = tmp_path / "trace.csv"
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{i * 0.05:.3f},{100 + 37 * i % 900},{5 + 13 * i % 120}"
+                                                         for i in range(200)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_run_prints_the_table_and_writes_records(trace_csv, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--trace", str(trace_csv), "--policy", "chunked", "--cost", "roofline:h200",
+                 "--replicas", "2", "--router", "least-outstanding", "--goodput", "ttft:50", "tpot:5",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Successful requests:                    200" in text and "Request goodput (req/s):" in text
+    requests = read_request_records(out / "requests.jsonl")
+    assert len(requests) == 200 and {r.replica for r in requests} == {0, 1}
+    assert all(len(r.token_times_s) == r.output_tokens for r in requests)  # small trace: times kept
+    passes = read_pass_records(out / "passes.jsonl")
+    assert sum(p.num_tokens for p in passes) == sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)
+    assert (out / "requests.csv").read_text().startswith("request_id,arrival_s,")
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["completed"] == 200
+
+
+def test_run_with_every_extra_policy(trace_csv, capsys):
+    for extra in (["--policy", "decode-priority"], ["--policy", "static", "--batch-size", "4"],
+                  ["--order", "spf"], ["--disaggregate", "1:2"], ["--preemption", "swap", "--kv-blocks", "2048",
+                                                                   "--max-model-len", "2048"]):
+        assert main(["run", "--trace", str(trace_csv), "--pass-log", "off", *extra]) == 0, extra
+        assert "Successful requests:                    200" in capsys.readouterr().out
+
+
+def test_replications_report_confidence_intervals(trace_csv, capsys):
+    assert main(["run", "--trace", str(trace_csv), "--rate", "15", "--replications", "3", "--pass-log", "off"]) == 0
+    text = capsys.readouterr().out
+    assert "3 replications, mean +- 95% CI" in text and "mean_ttft_ms" in text
+
+
+def test_run_with_a_calibration_file(trace_csv, tmp_path, capsys):
+    cal = tmp_path / "h200.json"
+    cal.write_text(json.dumps({"format": FORMAT, "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "free_gib": 10,
+                               "decode": {"coef": [1e-3, 1e-5, 0, 1e-9, 0], "floor_s": 1e-3},
+                               "prefill": {"coef": [1e-3, 0, 3e-6, 0, 0], "floor_s": 1e-3}}))
+    assert main(["run", "--trace", str(trace_csv), "--cost", str(cal)]) == 0
+    assert main(["run", "--trace", str(trace_csv), "--cost", str(cal), "--model", "tiny"]) == 2
+    assert "cost model for 'qwen2.5-1.5b', but this run simulates 'tiny'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "fastest"], "unknown policy 'fastest'; choose from static, continuous, chunked"),
+    (["--cost", "roofline:h900"], "unknown GPU preset 'h900'"),
+    (["--kv-blocks", "100"], "fewer than one request of max_model_len=32768"),
+    (["--disaggregate", "two"], "expected P:D"),
+])
+def test_bad_input_is_a_clear_error(trace_csv, capsys, args, message):
+    assert main(["run", "--trace", str(trace_csv), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_bad_trace_or_router_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,prompt_tokens,output_tokens\n1.0,10,10\n0.5,10,10\n")
+    assert main(["run", "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv, line 3" in err and "time order" in err  # traces.io names the line
+    assert main(["run", "--trace", str(tmp_path / "missing.csv")]) == 2
+    with pytest.raises(SystemExit):
+        main(["run", "--trace", str(bad), "--router", "random"])
+    assert "invalid choice: 'random'" in capsys.readouterr().err
+
+
+def test_sweep_runs_a_grid_with_replications(trace_csv, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--trace", str(trace_csv), "--policy", "continuous,chunked", "--rate", "10,40",
+                 "--replications", "2", "--jobs", "2", "--out", str(out)]) == 0
+    import pandas as pd
+    runs, summary = pd.read_csv(out / "runs.csv"), pd.read_csv(out / "summary.csv")
+    assert len(runs) == 8 and len(summary) == 4
+    assert set(summary["policy"]) == {"continuous", "chunked"} and (summary["replications"] == 2).all()
+    assert summary["mean_ttft_ms_ci"].notna().all()
+
+
+def test_help_runs():
+    out = subprocess.run([sys.executable, "-m", "sim", "run", "--help"], capture_output=True, text=True, check=True)
+    assert "--policy" in out.stdout and "--cost" in out.stdout
+
+
+def test_the_simulator_never_imports_torch_and_the_policy_never_imports_simpy():
+    code = ("import sys, sim.__main__, sim.build, sim.sweep; assert 'torch' not in sys.modules, 'torch'; "
+            "[sys.modules.pop(m) for m in list(sys.modules) if m.startswith(('sim', 'simpy'))]; "
+            "import sim.policy, sim.kv; assert 'simpy' not in sys.modules, 'simpy'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_mooncake_trace_drives_the_prefix_cache(tmp_path, capsys):
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 1500, "output_length": 20,
+                                        "hash_ids": [7, 8, 100 + i]}) + "\n" for i in range(30)))
+    assert main(["run", "--trace", str(path), "--policy", "chunked", "--prefix-caching"]) == 0
+    text = capsys.readouterr().out
+    # every prompt after the first finds the shared 1,024-token prefix
+    assert "prefix cache: 29,696 prompt tokens hit" in text and "Successful requests:                    30" in text
