@@ -216,6 +216,23 @@ class Scheduler:
         seq.num_computed = start
         return n
 
+    def _admit_waiting(self, budget: int, whole: bool, seqs: list, new: list, ctx: list) -> tuple[int, float]:
+        """Start waiting prompts, in rank order, while they fit the token budget (whole prompts
+        or chunks), the cache and max_num_seqs, adding each to the pass being built; return the
+        budget left and the swap-in time."""
+        swap_s = 0.0
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0][1]
+            n = self._try_admit(seq, budget, whole)
+            if not n:
+                break
+            swap_s += self._start_running(seq)
+            seqs.append(seq)
+            new.append(n)
+            ctx.append(seq.num_computed)
+            budget -= n
+        return budget, swap_s
+
     def _start_running(self, seq: Sequence) -> float:
         """Move the head of the waiting queue into the batch; return its swap-in time."""
         heappop(self.waiting)
@@ -392,19 +409,8 @@ class ContinuousBatching(Scheduler):
         """A prefill pass of as many waiting prompts, in rank order, as fit."""
         if not self.waiting:
             return None
-        budget = self.max_num_batched_tokens
         seqs, new, ctx = [], [], []
-        swap_s = 0.0
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0][1]
-            n = self._try_admit(seq, budget, whole=True)
-            if not n:
-                break
-            swap_s += self._start_running(seq)
-            seqs.append(seq)
-            new.append(n)
-            ctx.append(seq.num_computed)
-            budget -= n
+        _, swap_s = self._admit_waiting(self.max_num_batched_tokens, True, seqs, new, ctx)
         return ScheduledPass(seqs, new, ctx, swap_s=swap_s) if seqs else None
 
 
@@ -452,18 +458,10 @@ class ChunkedPrefill(Scheduler):
                 budget -= n
         if preempted:
             self.running = [s for s in self.running if s not in preempted]
-        admitted = False
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0][1]
-            n = self._try_admit(seq, budget, whole=False)
-            if not n:
-                break
-            swap_s += self._start_running(seq)
-            seqs.append(seq)
-            new.append(n)
-            ctx.append(seq.num_computed)
-            budget -= n
-            admitted = True
+        before = len(seqs)
+        budget, swap_in = self._admit_waiting(budget, False, seqs, new, ctx)
+        swap_s += swap_in
+        admitted = len(seqs) > before
         if not seqs:
             return None
         steady = not (admitted or preempted or prefilling) and len(seqs) == len(self.running)
