@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def roofline_main(argv: list[str]) -> int:
@@ -15,8 +16,8 @@ def roofline_main(argv: list[str]) -> int:
     p.add_argument("--gpu", default="all", help=f"GPU preset ({', '.join(GPUS)}) or 'all' (default)")
     p.add_argument("--dtype-bytes", type=int, default=2, help="bytes per weight (default 2: fp16)")
     args = p.parse_args(argv)
-    from pathlib import Path
     from engine.config import ModelConfig
+
     try:
         model = ModelConfig.from_json(args.model) if Path(args.model).is_dir() else get_preset(args.model)
         gpus = list(GPUS) if args.gpu == "all" else [args.gpu]
@@ -29,8 +30,6 @@ def roofline_main(argv: list[str]) -> int:
 
 
 def generate_main(argv: list[str]) -> int:
-    import torch
-
     from engine.engines import ENGINES, generate
     from engine.prompts import Tokenizer, prompt_ids
     from engine.provenance import resolve_device
@@ -45,7 +44,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--stop-at-eos", action="store_true", help="stop at the end-of-text token")
     args = p.parse_args(argv)
-    checkpoint = args.model if __import__("pathlib").Path(args.model).is_dir() else None
+    checkpoint = args.model if Path(args.model).is_dir() else None
     tok = Tokenizer(checkpoint)
     try:
         ids = prompt_ids(args.prompt, checkpoint) if args.prompt.startswith("p") and args.prompt[1:].isdigit() \

@@ -1,6 +1,7 @@
 """The three engines on the tiny model, on the CPU."""
+from dataclasses import replace
+
 import pytest
-import torch
 
 from engine.engines import generate
 from engine.weights import build_random
@@ -64,9 +65,8 @@ def test_request_records_carry_token_times(model):
 def test_stop_at_eos_ends_each_request_at_its_eos(model):
     free = generate(model, [PROMPTS[0]], 12, engine="cached").tokens[0]
     eos = free[4]
-    model.config.__dict__  # frozen dataclass: swap the config for one whose EOS we picked
-    from dataclasses import replace
-    original = model.config
+    original = model.config  # a frozen dataclass: swap in one whose EOS is a token we know comes
+
     model.config = replace(original, eos_token_id=eos)
     try:
         run = generate(model, [PROMPTS[0]], 12, engine="cached", stop_at_eos=True)
