@@ -49,9 +49,6 @@ class Setup:
     """What stays fixed across a benchmark invocation."""
 
     model: torch.nn.Module
-    weights: str
-    device: torch.device
-    dtype: torch.dtype
     new_tokens: int
     warmup: int
     runs: int
@@ -213,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "device": device.type, **provenance(device), "roofline_gpu": gpu_spec.name,
             "roofline_floor_ms": roof.batch1_floor_ms, "free_gib_after_load": free_gib,
             "kv_cache_positions": roof.cache_token_positions}
-    setup = Setup(model, weights, device, dtype, args.new_tokens, args.warmup, args.runs, meta,
+    setup = Setup(model, args.new_tokens, args.warmup, args.runs, meta,
                   roof.weight_bytes, factory, "graph" if use_graphs else "eager")
     if args.engine == "hf":
         setup.mode = "static-cache generate" + (" (compiled)" if device.type == "cuda" else "")
