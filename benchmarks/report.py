@@ -1,30 +1,36 @@
 """The results table: what each engine measured, against the card's floors and Hugging Face.
 
 Reads results/<engine>/runs.jsonl (the rows `python -m engine bench` writes), takes the median of
-the recorded runs of each configuration, and prints one markdown table: engine, case, ms, tok/s,
-GB/s or TFLOP/s, % of the floor, and the Hugging Face figure beside it where there is one.
+the recorded runs of each configuration, and prints one markdown table per GPU: engine, case, ms,
+tok/s, GB/s or TFLOP/s, % of the floor, and the Hugging Face figure beside it where there is one.
+Rows from different devices are never mixed in one table; rows measured on a CPU are left out
+(they are smoke runs) unless --device names the CPU.
 
-    python benchmarks/report.py [--results results] [--gpu h200]
+    python benchmarks/report.py [--results results] [--gpu-spec h200] [--device "NVIDIA H200"]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
-from sim.records import read_jsonl
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.config import get_preset  # noqa: E402
+from core.roofline import get_gpu  # noqa: E402
+from core.runstore import RunStore  # noqa: E402
 
 
-def load(results: Path) -> dict:
-    """(engine, mode, prompt, batch) -> list of ok rows."""
-    groups = defaultdict(list)
+def load(results: Path) -> dict[str, dict]:
+    """device name -> (engine, mode, prompt, batch) -> list of ok rows."""
+    groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for f in sorted(results.glob("*/runs.jsonl")):
-        for r in read_jsonl(f):
-            if r["status"] == "ok":
-                groups[(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
+        for r in RunStore(f.parent).rows():
+            if r["status"] == "ok" and "prompt" in r:
+                groups[r["gpu"]][(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
     return groups
 
 
@@ -53,7 +59,7 @@ def table(groups: dict, gpu_name: str) -> str:
     for (engine, mode, prompt, batch), rows in sorted(groups.items(), key=key):
         if engine == "hf":
             continue
-        itl = med(rows, "itl_mean_ms") / 1e3
+        itl = med(rows, "mean_itl_ms") / 1e3
         context = rows[0]["prompt_tokens"] + rows[0]["new_tokens"] / 2  # the run's mid-point
         if engine == "naive":  # every step recomputes the whole sequence: a prefill's work
             flops = batch * model.prefill_flops(int(context))
@@ -65,14 +71,14 @@ def table(groups: dict, gpu_name: str) -> str:
             achieved = f"{step_bytes / itl / 1e9:,.0f} GB/s"
         out.append(f"| {engine} | {mode} | decode {prompt} x{batch} | {itl * 1e3:.3f} | {batch / itl:,.0f} | "
                    f"{achieved} | {100 * floor / itl:.0f}% | "
-                   + hf_cell(prompt, batch, "itl_mean_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s") + " |")
+                   + hf_cell(prompt, batch, "mean_itl_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s") + " |")
         if batch == 1:
-            ttft = med(rows, "ttft_ms") / 1e3
+            ttft = med(rows, "mean_ttft_ms") / 1e3
             flops = model.prefill_flops(rows[0]["prompt_tokens"])
             out.append(f"| {engine} | {mode} | prefill {prompt} (TTFT) | {ttft * 1e3:.2f} | "
                        f"{rows[0]['prompt_tokens'] / ttft:,.0f} | {flops / ttft / 1e12:,.0f} TFLOP/s | "
                        f"{100 * max(flops / peak, weights / bw) / ttft:.0f}% | "
-                       + hf_cell(prompt, batch, "ttft_ms", lambda v: f"{v:.2f} ms") + " |")
+                       + hf_cell(prompt, batch, "mean_ttft_ms", lambda v: f"{v:.2f} ms") + " |")
     floors = (f"Floors on {gpu.name}: {gpu.bandwidth_gbs:,.0f} GB/s and {gpu.fp16_tflops:,.0f} TFLOP/s "
               f"({gpu.source}). Decode moves {weights / 1e9:.2f} GB of weights plus {kv:,} bytes per cached "
               "token; the decode rows count both at the run's mid-point context, and a floor is the larger of "
@@ -81,13 +87,24 @@ def table(groups: dict, gpu_name: str) -> str:
     return "\n".join(out) + "\n\n" + floors
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default="results", help="results directory (default results/)")
-    ap.add_argument("--gpu", default="h200", help="GPU preset for the floors (default h200)")
-    args = ap.parse_args()
-    print(table(load(Path(args.results)), args.gpu))
+    ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
+    ap.add_argument("--gpu-spec", default="h200", help="GPU preset for the floors (default h200)")
+    ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
+    args = ap.parse_args(argv)
+    groups = load(Path(args.results))
+    devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
+    if not devices:
+        print(f"error: no rows{' measured on ' + args.device if args.device else ' measured on a GPU'} under "
+              f"{args.results}", file=sys.stderr)
+        return 2
+    for device in devices:
+        if len(devices) > 1:
+            print(f"\n### {device}\n")
+        print(table(groups[device], args.gpu_spec))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.config import get_preset  # noqa: E402
-from engine.roofline import get_gpu  # noqa: E402
+from core.config import get_preset  # noqa: E402
+from core.roofline import get_gpu  # noqa: E402
 from sim.cost import RooflineCost  # noqa: E402
-from sim.kv import KVCache, blocks_for_gpu  # noqa: E402
-from sim.policy import ContinuousBatching  # noqa: E402
+from core.kv import BlockPool, blocks_for_gpu  # noqa: E402
+from core.scheduler import ContinuousBatching  # noqa: E402
 from sim.run import simulate  # noqa: E402
 from traces.io import load_trace  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> None:
     blocks = blocks_for_gpu(model, gpu)
 
     def scheduler() -> ContinuousBatching:
-        return ContinuousBatching(KVCache(blocks), max_model_len=model.context_length)
+        return ContinuousBatching(BlockPool(blocks), max_model_len=model.context_length)
 
     def run():
         return simulate(trace, scheduler, cost, log_passes=args.log_passes, keep_token_times=args.token_times)

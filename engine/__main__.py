@@ -1,24 +1,23 @@
-"""`python -m engine bench|roofline|generate ...`: the real engine's command line."""
+"""`python -m engine bench|serve-trace|roofline|generate ...`: the real engine's command line."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from core.cli import ArgumentParser
+
 
 def roofline_main(argv: list[str]) -> int:
-    from engine.config import PRESETS, get_preset
-    from engine.roofline import GPUS, get_gpu, roofline
+    from core.config import PRESETS, ModelConfig, get_preset
+    from core.roofline import GPUS, get_gpu, roofline
 
-    p = argparse.ArgumentParser(prog="python -m engine roofline",
-                                description="The seed's five numbers for a model on a GPU, from specs alone.")
+    p = ArgumentParser(prog="python -m engine roofline",
+                       description="The seed's five numbers for a model on a GPU, from specs alone.")
     p.add_argument("--model", default="qwen2.5-1.5b", help=f"preset ({', '.join(PRESETS)}) or checkpoint directory")
     p.add_argument("--gpu", default="all", help=f"GPU preset ({', '.join(GPUS)}) or 'all' (default)")
     p.add_argument("--dtype-bytes", type=int, default=2, help="bytes per weight (default 2: fp16)")
-    args = p.parse_args(argv)
-    from engine.config import ModelConfig
-
     try:
+        args = p.parse_args(argv)
         model = ModelConfig.from_json(args.model) if Path(args.model).is_dir() else get_preset(args.model)
         gpus = list(GPUS) if args.gpu == "all" else [args.gpu]
         for g in gpus:
@@ -35,7 +34,7 @@ def generate_main(argv: list[str]) -> int:
     from engine.provenance import resolve_device
     from engine.weights import load_model
 
-    p = argparse.ArgumentParser(prog="python -m engine generate", description="Generate greedily and print the text.")
+    p = ArgumentParser(prog="python -m engine generate", description="Generate greedily and print the text.")
     p.add_argument("--model", default="tiny", help="preset (random weights) or checkpoint directory (default tiny)")
     p.add_argument("--prompt", default="p64", help="a prompt name (p16...p4096) or literal text")
     p.add_argument("--engine", default="cached", choices=ENGINES)
@@ -43,23 +42,27 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="auto")
     p.add_argument("--stop-at-eos", action="store_true", help="stop at the end-of-text token")
-    args = p.parse_args(argv)
-    checkpoint = args.model if Path(args.model).is_dir() else None
-    tok = Tokenizer(checkpoint)
     try:
+        args = p.parse_args(argv)
+        checkpoint = args.model if Path(args.model).is_dir() else None
+        tok = Tokenizer(checkpoint)
         ids = prompt_ids(args.prompt, checkpoint) if args.prompt.startswith("p") and args.prompt[1:].isdigit() \
             else tok.encode(args.prompt)
-        model, _ = load_model(args.model, args.dtype, resolve_device(args.device))
+        model, weights = load_model(args.model, args.dtype, resolve_device(args.device))
         run = generate(model, [ids], args.new_tokens, engine=args.engine, stop_at_eos=args.stop_at_eos)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if weights == "random":
+        print(f"(note: {args.model} has seeded random weights, so the text is gibberish; "
+              "--model DIR loads a real checkpoint)", file=sys.stderr)
     produced = run.request_records()[0].output_tokens
     print(tok.decode(run.tokens[0][:produced]))
     return 0
 
 
 COMMANDS = {"bench": "closed-run benchmark (TTFT, ITL, tok/s; results/<engine>/runs.jsonl)",
+            "serve-trace": "open run: replay a trace in real time on the continuous engine",
             "roofline": "the five roofline numbers for a model on a GPU",
             "generate": "generate text from a prompt"}
 
@@ -67,13 +70,16 @@ COMMANDS = {"bench": "closed-run benchmark (TTFT, ITL, tok/s; results/<engine>/r
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m engine {bench,roofline,generate} [--help]\n")
+        print("usage: python -m engine {" + ",".join(COMMANDS) + "} [--help]\n")
         for name, text in COMMANDS.items():
-            print(f"  {name:<10}{text}")
+            print(f"  {name:<12}{text}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     if argv[0] == "bench":
         from engine.bench import main as bench_main
         return bench_main(argv[1:])
+    if argv[0] == "serve-trace":
+        from engine.serve import main as serve_main
+        return serve_main(argv[1:])
     return {"roofline": roofline_main, "generate": generate_main}[argv[0]](argv[1:])
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 from engine.fast_path import FastPath
 from engine.kernels.attention import DecodeAttention
 from engine.kernels.pdl import pdl_available
-from engine.model import KVCache, Qwen2
+from engine.model import DenseKVCache, Qwen2
 
 PREFILL_GRAPH_TOKENS = 32768  # larger prefills launch few, long kernels: no graph needed
 
@@ -54,7 +54,7 @@ class GraphDecoder:
     `cache`, then `prefill`, then `start` and `step` once per token."""
 
     def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None,
-                 pdl: bool | None = None, attention_split: int | None = None):
+                 pdl: bool | None = None):
         if use_graphs and model.embed_tokens.weight.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
                              "without them, e.g. in Triton's CPU interpreter)")
@@ -62,12 +62,11 @@ class GraphDecoder:
         if pdl is None:  # on by default where the GPU (Hopper or newer) and Triton support it
             pdl = use_graphs and pdl_available() and torch.cuda.get_device_capability()[0] >= 9
         self.fast = FastPath(model, b1_tiles, pdl)
-        self.attention_split = attention_split  # positions per attention slice (None: DecodeAttention's choice)
         self.shape: tuple[int, int] | None = None
-        self._cache: KVCache | None = None
+        self._cache: DenseKVCache | None = None
         self._prefills: dict[tuple[int, int], _Graph] = {}
 
-    def cache(self, batch: int, max_len: int) -> KVCache:
+    def cache(self, batch: int, max_len: int) -> DenseKVCache:
         """The KV cache for `batch` sequences of up to `max_len` positions; capturing the decode
         graph for that shape the first time it is asked for."""
         if self.shape != (batch, max_len):
@@ -76,12 +75,11 @@ class GraphDecoder:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             device, c = self.model.embed_tokens.weight.device, self.model.config
-            self._cache = KVCache(c, batch, max_len, self.model.embed_tokens.weight.dtype, device)
+            self._cache = DenseKVCache(c, batch, max_len, self.model.embed_tokens.weight.dtype, device)
             self.tokens = torch.zeros(batch, dtype=torch.long, device=device)
             self.positions = torch.zeros(batch, dtype=torch.long, device=device)
             self.attention = DecodeAttention(batch, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                             max_len, device, split=self.attention_split,
-                                             pdl=self.fast.pdl and batch == 1)
+                                             max_len, device, pdl=self.fast.pdl and batch == 1)
             step = self.fast.decode_b1 if batch == 1 else self.fast.decode
             self._decode = _Graph(lambda: step(self.tokens, self.positions, self._cache, self.attention),
                                   self.use_graphs)

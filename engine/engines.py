@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from engine.model import KVCache, Qwen2
+from engine.model import DenseKVCache, Qwen2
 from engine.timing import Clock
-from sim.records import PassRecord, RequestRecord
+from core.records import PassRecord, RequestRecord
 
 ENGINES = ("naive", "cached", "batched")
 
@@ -112,7 +112,7 @@ def generate(model: Qwen2, prompts: list[list[int]], max_new_tokens: int = 256, 
         if decoder is not None:
             cache = decoder.cache(B, max_len)
         else:
-            cache = KVCache(model.config, B, max_len, model.embed_tokens.weight.dtype, device)
+            cache = DenseKVCache(model.config, B, max_len, model.embed_tokens.weight.dtype, device)
         begin = clock.mark()
         if decoder is not None and same_length:
             nxt = decoder.prefill(tokens)

@@ -20,7 +20,7 @@ from torch import Tensor
 from engine.kernels import gemv as G
 from engine.kernels.attention import DecodeAttention
 from engine.kernels.elementwise import rmsnorm, rope_and_cache, silu_mul
-from engine.model import KVCache, Qwen2
+from engine.model import DenseKVCache, Qwen2
 
 
 class FastPath:
@@ -57,7 +57,7 @@ class FastPath:
         x = rmsnorm(hidden.contiguous(), self.final_norm, self.eps, torch.empty_like(hidden))
         return F.linear(x, self.lm_head)
 
-    def decode_b1(self, token: Tensor, position: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
+    def decode_b1(self, token: Tensor, position: Tensor, cache: DenseKVCache, attention: DecodeAttention) -> Tensor:
         """One decode pass at batch 1. token, position: [1] device buffers, advanced in place (the
         next token replaces the token, the position moves on by one), so a captured graph can be
         replayed step after step with nothing done outside it."""
@@ -89,7 +89,7 @@ class FastPath:
         mark("argmax+advance")
         return token
 
-    def decode(self, tokens: Tensor, positions: Tensor, cache: KVCache, attention: DecodeAttention) -> Tensor:
+    def decode(self, tokens: Tensor, positions: Tensor, cache: DenseKVCache, attention: DecodeAttention) -> Tensor:
         """One decode pass for a batch: tokens, positions [B] device buffers, advanced in place."""
         B, mark = tokens.shape[0], self._mark
         h = self.embed[tokens]
@@ -125,7 +125,7 @@ class FastPath:
         mark("norm+lm_head+argmax+advance")
         return tokens
 
-    def prefill(self, tokens: Tensor, cache: KVCache) -> Tensor:
+    def prefill(self, tokens: Tensor, cache: DenseKVCache) -> Tensor:
         """The prefill pass of B fresh prompts of one length T: tokens [B, T]."""
         B, T = tokens.shape
         h = self.embed[tokens].view(B * T, -1)

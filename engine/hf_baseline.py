@@ -12,7 +12,7 @@ from engine.engines import Generation
 from engine.model import Qwen2
 from engine.timing import Clock
 from engine.weights import engine_to_hf
-from sim.records import PassRecord
+from core.records import PassRecord
 
 
 class _Stamp:

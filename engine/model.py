@@ -6,7 +6,7 @@ matmul where Hugging Face launches three or two; `engine.weights` fuses a checkp
 tensors on load. Activations are laid out [batch, tokens, ...] with right padding: sequence b
 puts `tokens[b, :n_b]` through the model at positions `positions[b, :n_b]`.
 
-With a `KVCache` each pass writes its keys and values into the cache at their positions and
+With a `DenseKVCache` each pass writes its keys and values into the cache at their positions and
 attends over everything cached up to the query's own position; without one (the naive engine)
 it attends only over the tokens it was given.
 """
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.config import ModelConfig
+from core.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -65,7 +65,7 @@ class Rotary(nn.Module):
         return x * cos + rotated * sin
 
 
-class KVCache:
+class DenseKVCache:
     """Keys and values for `batch` sequences of up to `max_len` positions, one pair of static
     tensors per layer, [batch, kv_heads, max_len, head_dim], updated in place (so a captured CUDA
     graph can write into it)."""
@@ -78,10 +78,6 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
         self.batch, self.max_len = batch, max_len
 
-    @staticmethod
-    def bytes_needed(config: ModelConfig, batch: int, max_len: int, dtype: torch.dtype) -> int:
-        return batch * max_len * config.kv_bytes_per_token(torch.finfo(dtype).bits // 8)
-
 
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -93,7 +89,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, q + 2 * kv, bias=True)
         self.o_proj = nn.Linear(q, config.hidden_size, bias=False)
 
-    def forward(self, x: Tensor, positions: Tensor, rotary: Rotary, cache: KVCache | None,
+    def forward(self, x: Tensor, positions: Tensor, rotary: Rotary, cache: DenseKVCache | None,
                 layer: int, kv_len: int, mask: Tensor | None) -> Tensor:
         """mask None: every row holds positions 0..T-1 (a fresh, unpadded prompt), so attention
         is plainly causal over the tokens given. Otherwise `mask` [B, 1, group*T, S] says which
@@ -167,7 +163,7 @@ class Qwen2(nn.Module):
     def lm_head_weight(self) -> Tensor:
         return self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, tokens: Tensor, positions: Tensor, cache: KVCache | None = None,
+    def forward(self, tokens: Tensor, positions: Tensor, cache: DenseKVCache | None = None,
                 kv_len: int | None = None, causal: bool = False) -> Tensor:
         """tokens, positions: [B, T], right-padded. With a cache, keys/values are written at
         `positions` and attention spans cache positions [0, kv_len) (default: up to the largest

@@ -46,9 +46,16 @@ def provenance(device: torch.device) -> dict:
 
 
 def resolve_device(name: str = "auto") -> torch.device:
+    """`auto` (a GPU when torch sees one), `cpu`, `cuda` or `cuda:N`; anything else is an error
+    naming --device."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name!r}: this engine runs on cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+        raise ValueError(f"--device {name}: asked for, but torch sees no CUDA device")
     return device

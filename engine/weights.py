@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from engine.config import ModelConfig, get_preset
+from core.config import ModelConfig, get_preset
 from engine.model import Qwen2
 
 DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
@@ -37,7 +37,16 @@ def _checkpoint_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     single = path / "model.safetensors"
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{index}: not valid JSON ({e})") from None
+        except (KeyError, TypeError, AttributeError):
+            raise CheckpointError(f"{index}: expected an object with a \"weight_map\" of tensor name -> "
+                                  "shard file") from None
+        if not shards or not all(isinstance(s, str) for s in shards):
+            raise CheckpointError(f"{index}: its weight_map names no shard files")
         files = [path / s for s in shards]
         missing = [f.name for f in files if not f.exists()]
         if missing:
@@ -54,7 +63,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
 
     tensors: dict[str, Tensor] = {}
     for f in _checkpoint_files(Path(path)):
-        tensors.update(load_file(str(f)))
+        try:
+            tensors.update(load_file(str(f)))
+        except Exception as e:  # safetensors raises its own error types for empty, truncated or corrupt files
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CheckpointError(f"{f}: not a readable safetensors file ({first})") from None
     return tensors
 
 
@@ -132,7 +145,15 @@ def load_checkpoint(path: str | Path, dtype: torch.dtype | str = "float16",
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
-    config = ModelConfig.from_json(path)
+    if not (path / "config.json").exists():
+        raise CheckpointError(f"{path}: no config.json (a Hugging Face checkpoint directory holds config.json "
+                              "and model.safetensors or its shards)")
+    try:
+        config = ModelConfig.from_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: {e}") from None
     weights = hf_to_engine(config, read_checkpoint(path), source=str(path))
     with torch.device("meta"):
         model = Qwen2(config)
@@ -160,4 +181,6 @@ def load_model(source: str, dtype: torch.dtype | str = "float16", device: str | 
     its weights kind, "random" or "checkpoint"."""
     if Path(source).is_dir():
         return load_checkpoint(source, dtype, device), "checkpoint"
+    if Path(source).exists() or "/" in source:
+        raise CheckpointError(f"--model {source}: not a checkpoint directory (nor a preset name)")
     return build_random(source, dtype, device, seed), "random"

@@ -1,26 +1,31 @@
 """From a run's description (what the CLI and the sweep ask for) to a simulated run.
 
 `RunSpec` holds one run's choices as plain values, so that a sweep can vary them and send them
-to worker processes; `simulate_spec` builds the trace, cost model, schedulers and cluster it
-describes and runs it. The names users type map to classes in the three dicts below.
+to worker processes. Each field is declared once, here, with its help text: the command line
+(`sim.__main__`) builds its options from these fields, and the fields marked `axis` are the
+ones a sweep can vary. `simulate_spec` builds the trace, cost model, schedulers and cluster a
+spec describes and runs it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 import numpy as np
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
-from sim.cluster import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
+from core.config import get_preset
+from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
+from core.roofline import get_gpu
+from core.routers import ROUTERS, make_router
+from core.scheduler import (ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority,
+                            shortest_prompt_first)
 from sim.cost import CalibratedCost, parse_cost
-from sim.kv import KVCache, PrefixCache, blocks_for_gpu
-from sim.policy import (ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority,
-                        shortest_prompt_first)
+from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
+from traces.download import resolve_trace
 from traces.generate import poisson
-from traces.io import load_trace
+from traces.io import FORMATS, load_trace
 from traces.trace import Trace
 
 POLICIES = {
@@ -29,76 +34,122 @@ POLICIES = {
     "chunked": ChunkedPrefill,
     "decode-priority": DecodePriority,
 }
-ROUTERS = {
-    "round-robin": RoundRobin,
-    "least-outstanding": LeastOutstanding,
-    "least-kv": LeastKVLoad,
-    "power-of-two": PowerOfTwo,
-}
 ORDERS = {"fcfs": None, "priority": by_priority, "spf": shortest_prompt_first}
+
+
+def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None):
+    """A RunSpec field that is also a command-line option: `help` and `choices` for --help,
+    `type` to parse it, `axis` when a sweep may vary it, and its bounds (`low` <= value, or
+    `above` < value) checked for every run."""
+    meta = {"help": help, "type": type, "choices": choices, "axis": axis, "low": low, "above": above}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run. Sizes in tokens, blocks or requests; times in seconds; bandwidths in GB/s."""
+    """One run. Sizes in tokens, blocks or requests; times in seconds unless the name says ms;
+    bandwidths in GB/s."""
 
-    trace: str
-    policy: str = "continuous"
-    cost: str = "roofline:h200"
-    model: str = "qwen2.5-1.5b"
-    trace_format: str | None = None
-    gpu: str = "h200"  # for the KV capacity when the cost model doesn't name a GPU preset
-    overhead_s: float = 3e-4  # roofline per-pass overhead
-    replicas: int = 1
-    router: str = "round-robin"
-    order: str = "fcfs"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None  # default: the model's context length
-    block_size: int = 16
-    kv_blocks: int | None = None  # default: what fits in the GPU's free memory
-    kv_gib: float | None = None
-    preemption: str = "recompute"
-    swap_gbs: float = 25.0
-    batch_size: int = 8  # static
-    batch_timeout_s: float = 0.5  # static
-    prefix_caching: bool = False
-    hash_block_tokens: int = 512
-    prefill_replicas: int = 0  # > 0: disaggregated, with decode_replicas
-    decode_replicas: int = 0
-    kv_link_gbs: float = 50.0
-    kv_link_latency_s: float = 0.0
-    rate: float | None = None  # Poisson arrivals at this rate, lengths from the trace
-    rate_scale: float = 1.0  # or the trace's own arrivals, sped up this much
-    limit: int | None = None  # first N requests only
-    seed: int = 0
+    trace: str = option(None, "trace file (the project's CSV, or any format traces.io reads) or a public "
+                              "trace's name, e.g. azure-conv-2023", type=str)
+    trace_format: str | None = option(None, "trace format; detected when omitted", type=str, choices=FORMATS)
+    policy: str = option("continuous", "scheduling policy", type=str, choices=tuple(POLICIES), axis=True)
+    cost: str = option("roofline:h200", "roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
+                                        "constant:SECONDS, or a calibration JSON (see sim/cost.py)", type=str)
+    model: str = option("qwen2.5-1.5b", "model preset; a calibration file must match it", type=str)
+    gpu: str = option("h200", "GPU preset sizing the KV cache when --cost names no GPU", type=str)
+    overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0)
+    replicas: int = option(1, "replicas behind the router", type=int, axis=True, low=1)
+    router: str = option("round-robin", "how arriving requests pick a replica", type=str, choices=tuple(ROUTERS))
+    order: str = option("fcfs", "queue order: fcfs, priority (the trace's priority classes), spf (shortest "
+                                "prompt first)", type=str, choices=tuple(ORDERS))
+    max_num_seqs: int = option(256, "most sequences running at once", type=int, axis=True, low=1)
+    max_num_batched_tokens: int | None = option(None, "token budget per pass (default: max(max-model-len, "
+                                                      "2048); chunked: 2048)", type=int, low=1)
+    max_model_len: int | None = option(None, "longest prompt + output accepted (default: the model's "
+                                             "context)", type=int, low=2)
+    block_size: int = option(16, "tokens per KV block", type=int, low=1)
+    kv_blocks: int | None = option(None, "KV cache size in blocks (default: the GPU's free memory)", type=int, low=1)
+    kv_gib: float | None = option(None, "or the memory for the KV cache, GiB", type=float, above=0)
+    preemption: str = option("recompute", "what a preempted request loses: its cache (recompute) or "
+                                          "nothing (swap to host memory)", type=str, choices=("recompute", "swap"))
+    swap_gbs: float = option(25.0, "swap: host <-> GPU bandwidth, GB/s", type=float, above=0)
+    batch_size: int = option(8, "static: requests per batch", type=int, low=1)
+    batch_timeout_s: float = option(0.5, "static: longest wait for a full batch, s", type=float, low=0)
+    prefix_caching: bool = option(False, "reuse prompt blocks by the trace's block hashes", type=bool)
+    hash_block_tokens: int = option(512, "tokens per trace block hash (Mooncake: 512)", type=int, low=1)
+    disaggregate: str | None = option(None, "P:D: P prefill and D decode replicas instead of --replicas",
+                                      type=str)
+    kv_link_gbs: float = option(50.0, "disaggregation: KV transfer bandwidth, GB/s", type=float, above=0)
+    kv_link_latency_ms: float = option(0.0, "disaggregation: KV transfer latency, ms", type=float, low=0)
+    rate: float | None = option(None, "Poisson arrivals at this many req/s (seeded), lengths from the trace",
+                                type=float, axis=True, above=0)
+    rate_scale: float = option(1.0, "replay the trace's own arrivals this many times faster", type=float,
+                               axis=True, above=0)
+    limit: int | None = option(None, "only the first N requests", type=int, low=1)
+    seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int)
+    # not command-line options: what a run keeps, and its name
     keep_token_times: bool = False
     log_passes: bool = False
     fast_forward: bool = True
     run_id: str = "sim"
 
     def __post_init__(self) -> None:
-        for name, table in (("policy", POLICIES), ("router", ROUTERS), ("order", ORDERS)):
-            if getattr(self, name) not in table:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(table)}")
-        if self.preemption not in ("recompute", "swap"):
-            raise ValueError(f"unknown preemption {self.preemption!r}; choose recompute or swap")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError(f"rate must be positive, got {self.rate}")
-        if self.rate_scale <= 0:
-            raise ValueError(f"rate_scale must be positive, got {self.rate_scale}")
-        if (self.prefill_replicas > 0) != (self.decode_replicas > 0):
-            raise ValueError("disaggregation needs both prefill and decode replicas")
+        if self.trace is None:
+            raise ValueError("a run needs a trace (--trace FILE or a public trace's name)")
+        for f in fields(self):
+            meta, value = f.metadata, getattr(self, f.name)
+            if not meta or value is None:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if meta["choices"] is not None and value not in meta["choices"]:
+                raise ValueError(f"{flag}: unknown {f.name.replace('_', ' ')} {value!r}; choose from "
+                                 f"{', '.join(meta['choices'])}")
+            if meta["low"] is None and meta["above"] is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{flag} must be a finite number, got {value}")
+            if meta["low"] is not None and value < meta["low"]:
+                raise ValueError(f"{flag} must be at least {meta['low']}, got {value}")
+            if meta["above"] is not None and not value > meta["above"]:
+                raise ValueError(f"{flag} must be greater than {meta['above']}, got {value}")
+        self.split_disaggregation()  # checks the P:D form
 
     def with_(self, **changes) -> "RunSpec":
         return replace(self, **changes)
 
+    def split_disaggregation(self) -> tuple[int, int]:
+        """(prefill replicas, decode replicas); (0, 0) when not disaggregated."""
+        if self.disaggregate is None:
+            return 0, 0
+        try:
+            p, d = (int(v) for v in self.disaggregate.split(":"))
+        except ValueError:
+            raise ValueError(f"--disaggregate {self.disaggregate!r}: expected P:D, e.g. 1:3") from None
+        if p < 1 or d < 1:
+            raise ValueError(f"--disaggregate {self.disaggregate!r}: needs at least one prefill and one decode "
+                             "replica")
+        return p, d
+
+    @property
+    def draws_at_random(self) -> bool:
+        """Does the seed change anything (so that replications differ)?"""
+        return self.rate is not None or self.router == "power-of-two"
+
+
+def cli_fields() -> list:
+    """The RunSpec fields that are command-line options, in declaration order."""
+    return [f for f in fields(RunSpec) if f.metadata]
+
+
+AXES = tuple(f.name for f in cli_fields() if f.metadata["axis"])
+
 
 @lru_cache(maxsize=4)
 def load_trace_file(path: str, fmt: str | None = None) -> Trace:
-    """A trace file in any format `traces.io` reads (detected, or named by `fmt`); cached, as a
-    sweep's worker replays the same file many times."""
-    return load_trace(path, fmt=fmt)
+    """A trace file in any format `traces.io` reads (detected, or named by `fmt`), or a public
+    trace by name; cached, as a sweep's worker replays the same file many times."""
+    return load_trace(resolve_trace(path), fmt=fmt)
 
 
 def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int) -> Trace:
@@ -120,44 +171,50 @@ def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: i
 def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
     """Build everything `spec` describes and run it (`trace` replaces spec.trace when given)."""
     model = get_preset(spec.model)
-    cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_s)
+    cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
     gpu = gpu_preset or get_gpu(spec.gpu)
     free_gib = spec.kv_gib
     if free_gib is None and isinstance(cost, CalibratedCost):
         free_gib = cost.free_gib
     num_blocks = spec.kv_blocks or blocks_for_gpu(model, gpu, spec.block_size, free_gib)
+    if spec.max_model_len is not None and spec.max_model_len > model.context_length:
+        raise ValueError(f"--max-model-len {spec.max_model_len} is past {spec.model}'s context of "
+                         f"{model.context_length} tokens")
     max_model_len = spec.max_model_len or model.context_length
-    swap = spec.swap_gbs * 1e9 if spec.preemption == "swap" else None
     kv_bytes = model.kv_bytes_per_token()
+    swap_link = SwapLink(kv_bytes, spec.swap_gbs * 1e9) if spec.preemption == "swap" else None
     order = ORDERS[spec.order]
 
-    def kv() -> KVCache:
+    def kv() -> BlockPool:
         if spec.prefix_caching:
-            return PrefixCache(num_blocks, spec.block_size, spec.hash_block_tokens, bytes_per_token=kv_bytes,
-                               swap_bytes_per_s=swap)
-        return KVCache(num_blocks, spec.block_size, kv_bytes, swap)
+            return PrefixBlockPool(num_blocks, spec.block_size, spec.hash_block_tokens)
+        return BlockPool(num_blocks, spec.block_size)
 
     def make_scheduler():
         cls = POLICIES[spec.policy]
         if cls is StaticBatching:
-            return StaticBatching(kv(), spec.batch_size, spec.batch_timeout_s, max_model_len, order)
+            return StaticBatching(kv(), spec.batch_size, spec.batch_timeout_s, max_model_len, order,
+                                  preemption=spec.preemption)
         budget = {"max_num_batched_tokens": spec.max_num_batched_tokens} if spec.max_num_batched_tokens else {}
-        return cls(kv(), max_num_seqs=spec.max_num_seqs, max_model_len=max_model_len, order=order, **budget)
+        return cls(kv(), max_num_seqs=spec.max_num_seqs, max_model_len=max_model_len, order=order,
+                   preemption=spec.preemption, **budget)
 
     def make_decode_scheduler():
-        return ChunkedPrefill(KVCache(num_blocks, spec.block_size, kv_bytes, swap), spec.max_num_seqs,
-                              max(2048, spec.max_num_seqs), max_model_len, order)
+        return ChunkedPrefill(BlockPool(num_blocks, spec.block_size), spec.max_num_seqs,
+                              max(2048, spec.max_num_seqs), max_model_len, order, preemption=spec.preemption)
 
     if trace is None:
         trace = load_trace_file(spec.trace, spec.trace_format)
     trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed)
+    prefill_replicas, decode_replicas = spec.split_disaggregation()
     disaggregate = None
-    if spec.prefill_replicas:
+    if prefill_replicas:
         if spec.policy == "static":
             raise ValueError("disaggregation needs a continuous policy on its prefill replicas, not static")
-        disaggregate = Disaggregation(spec.prefill_replicas, spec.decode_replicas, make_decode_scheduler,
-                                      kv_bytes, spec.kv_link_gbs * 1e9, spec.kv_link_latency_s,
-                                      ROUTERS[spec.router](spec.seed + 1))
-    return simulate(trace, make_scheduler, cost, spec.replicas, ROUTERS[spec.router](spec.seed),
+        disaggregate = Disaggregation(prefill_replicas, decode_replicas, make_decode_scheduler,
+                                      kv_bytes, spec.kv_link_gbs * 1e9, spec.kv_link_latency_ms / 1e3,
+                                      make_router(spec.router, spec.seed + 1))
+    return simulate(trace, make_scheduler, cost, spec.replicas, make_router(spec.router, spec.seed),
                     disaggregate=disaggregate, keep_token_times=spec.keep_token_times,
-                    log_passes=spec.log_passes, fast_forward=spec.fast_forward, run_id=spec.run_id)
+                    log_passes=spec.log_passes, fast_forward=spec.fast_forward, run_id=spec.run_id,
+                    swap_link=swap_link)

@@ -1,69 +1,16 @@
 """Replicas behind a router, and prefill/decode disaggregation.
 
-A router picks a replica for each arriving request from what the replicas show at that
-moment. `Cluster` routes every request to one replica; `DisaggregatedCluster` computes prompts
+A router (`core.routers`, the same code the real multi-replica engine uses) picks a replica
+for each arriving request from what the replicas show at that moment. `Cluster` routes every request to one replica; `DisaggregatedCluster` computes prompts
 on prefill replicas, moves each prompt's KV cache over a link, and decodes on decode replicas.
 """
 from __future__ import annotations
 
-import random
-
 import simpy
 
-from sim.policy import Sequence
+from core.routers import RoundRobin
+from core.scheduler import Sequence
 from sim.replica import Replica
-
-
-class RoundRobin:
-    """Each replica in turn."""
-
-    def __init__(self, seed: int = 0):
-        self.next = 0
-
-    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
-        replica = replicas[self.next % len(replicas)]
-        self.next += 1
-        return replica
-
-
-class LeastOutstanding:
-    """The replica with the fewest requests waiting or running (lowest index on ties)."""
-
-    def __init__(self, seed: int = 0):
-        pass
-
-    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
-        return min(replicas, key=lambda r: r.scheduler.num_outstanding)
-
-
-class LeastKVLoad:
-    """The replica whose KV cache is least loaded: blocks in use plus the blocks its waiting
-    prompts will need, as a fraction of its capacity."""
-
-    def __init__(self, seed: int = 0):
-        pass
-
-    @staticmethod
-    def load(replica: Replica) -> float:
-        kv = replica.scheduler.kv
-        queued = sum(kv.blocks_for(s.num_tokens) for _, s in replica.scheduler.waiting)
-        return (replica.kv_used_blocks() + queued) / kv.num_blocks
-
-    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
-        return min(replicas, key=self.load)
-
-
-class PowerOfTwo:
-    """Two replicas drawn at random; the one with fewer outstanding requests (Mitzenmacher)."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = random.Random(seed)
-
-    def pick(self, replicas: list[Replica], seq: Sequence) -> Replica:
-        if len(replicas) == 1:
-            return replicas[0]
-        a, b = self.rng.sample(replicas, 2)
-        return min((a, b), key=lambda r: (r.scheduler.num_outstanding, r.index))
 
 
 class Cluster:

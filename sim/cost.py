@@ -37,7 +37,7 @@ A pass's time is max(floor_s, coef . x) with the features
         context_sum = sum(context_lens)          attention   = sum(n * (c + n))
 
 using "decode" for decode passes (every sequence 1 new token on a non-empty cache, as
-`sim.records.pass_kind` says) and "prefill" for prefill and mixed passes. Fit each with least
+`core.records.pass_kind` says) and "prefill" for prefill and mixed passes. Fit each with least
 squares on PassRecords of its kind (`pass_features` gives x); floor_s (> 0) guards the fit's
 low end, e.g. the fastest pass measured.
 """
@@ -47,8 +47,9 @@ import json
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from engine.config import ModelConfig, get_preset
-from engine.roofline import GPUSpec, get_gpu
+from core.config import ModelConfig, get_preset
+from core.records import pass_kind
+from core.roofline import GPUSpec, get_gpu
 
 FORMAT = "llm-sim-cost/v1"
 FEATURES = ("1", "batch_size", "num_tokens", "context_sum", "attention")
@@ -164,7 +165,7 @@ class CalibratedCost:
 
     def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
         x = pass_features(new_tokens, context_lens)
-        decode = all(n == 1 and c > 0 for n, c in zip(new_tokens, context_lens))
+        decode = pass_kind(new_tokens, context_lens) == "decode"
         coef, floor = (self.decode_coef, self.decode_floor) if decode else (self.prefill_coef, self.prefill_floor)
         return max(floor, sum(w * v for w, v in zip(coef, x)))
 
@@ -217,7 +218,7 @@ class TableCost:
 
 
 def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4) -> tuple[CostModel, GPUSpec | None]:
-    """A cost model from a CLI spec: "roofline:GPU" (a preset of engine.roofline),
+    """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline),
     "constant:SECONDS", or the path of a calibration JSON for `model`. Returns it and the GPU
     preset it names (None for the others)."""
     kind, sep, arg = spec.partition(":")

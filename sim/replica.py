@@ -1,7 +1,7 @@
 """One replica: the SimPy process that runs a scheduler's passes, as the engine's loop does.
 
 The loop is the real engine's loop with the GPU replaced by a cost model: ask the scheduler
-for a plan, spend the pass's duration, hand the pass back (`sim.policy` documents the calls).
+for a plan, spend the pass's duration, hand the pass back (`core.scheduler` documents the calls).
 
 Runs of identical decode passes are advanced in one step, exactly. When a plan is steady (every
 running sequence decodes, nothing admitted or preempted), the scheduler says how many passes
@@ -13,13 +13,16 @@ the same pass boundary where it would have planned had it gone pass by pass.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import simpy
 
+from core.kv import blocks_for
+from core.records import PassRecord
+from core.scheduler import ScheduledPass, Scheduler, Sequence
 from sim.cost import CostModel
-from sim.policy import ScheduledPass, Scheduler, Sequence
-from sim.records import PassRecord
+from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
 
 
 def run_time(a: float, b: float, k: int) -> float:
@@ -45,17 +48,43 @@ def passes_started(a: float, b: float, elapsed: float, k: int) -> int:
     return min(k, max(1, j))
 
 
+@dataclass(frozen=True)
+class SwapLink:
+    """Where swapped-out KV cache goes and comes back from: host memory over a link of
+    `bytes_per_s`, `bytes_per_token` of cache a token. Copies don't contend with each other."""
+
+    bytes_per_token: int
+    bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.bytes_per_s > 0 and self.bytes_per_token > 0):
+            raise ValueError("a swap link needs positive bytes_per_token and bytes_per_s")
+
+    def seconds(self, plan: ScheduledPass) -> float:
+        """Time to copy a pass's swapped-out and swapped-in caches, one after the other."""
+        swap_s = 0.0
+        for seq, _ in plan.swap_out:
+            swap_s += seq.num_computed * self.bytes_per_token / self.bytes_per_s
+        for seq, _ in plan.swap_in:
+            swap_s += seq.num_computed * self.bytes_per_token / self.bytes_per_s
+        return swap_s
+
+
 class Replica:
     """A model instance: a scheduler, a cost model, and the process running its passes.
 
     on_leave(seq, replica) is called for every sequence that leaves (finished, or handed off).
     pass_log, when a list, receives a PassRecord per pass (fast-forwarded ones included).
+    swap_link prices the swaps of a scheduler that preempts by swapping.
     """
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
                  on_leave: Callable[[Sequence, "Replica"], None] | None = None, *, fast_forward: bool = True,
-                 pass_log: list[PassRecord] | None = None, run_id: str = "sim"):
+                 pass_log: list[PassRecord] | None = None, run_id: str = "sim", swap_link: SwapLink | None = None):
+        if scheduler.swap and swap_link is None:
+            raise ValueError("a scheduler that preempts by swapping needs a swap link to price the copies")
         self.env, self.index, self.scheduler, self.cost = env, index, scheduler, cost
+        self.swap_link = swap_link
         self.on_leave = on_leave
         self.fast_forward = fast_forward
         self.pass_log = pass_log
@@ -73,7 +102,7 @@ class Replica:
         """A request routed here: queued (and the loop told, if it could join now), or rejected
         with the reason returned."""
         reason = self.scheduler.add(seq)
-        if reason is None and (self.run is None or self.scheduler.admits_newcomers()):
+        if reason is None and (self.run is None or admits_newcomers(self.scheduler)):
             self.notify()
         return reason
 
@@ -86,6 +115,19 @@ class Replica:
             self.interruptible = False
             self.process.interrupt()
 
+    @property
+    def num_outstanding(self) -> int:
+        """Requests routed here and not finished (what routers balance)."""
+        return self.scheduler.num_outstanding
+
+    @property
+    def kv_load(self) -> float:
+        """KV blocks in use plus the blocks the waiting prompts will need, as a fraction of the
+        cache (what the least-kv router balances)."""
+        kv = self.scheduler.kv
+        queued = sum(kv.blocks_for(s.num_tokens) for _, s in self.scheduler.waiting)
+        return (self.kv_used_blocks() + queued) / kv.num_blocks
+
     def kv_used_blocks(self) -> int:
         """KV blocks in use now, counting the passes of a fast-forwarded run that have started."""
         kv = self.scheduler.kv
@@ -95,7 +137,7 @@ class Replica:
         plan, start, a, b, k = self.run
         j = passes_started(a, b, self.env.now - start, k)
         bs = kv.block_size
-        return used + sum(max(0, -(-(c + j) // bs) - len(s.block_table))
+        return used + sum(max(0, blocks_for(c + j, bs) - len(s.block_table))
                           for s, c in zip(plan.seqs, plan.context_lens))
 
     # ------------------------------------------------------------------ the loop
@@ -107,7 +149,7 @@ class Replica:
             if plan is None:
                 yield from self.idle(scheduler.next_wakeup)
                 continue
-            run = self.decode_run(plan) if plan.steady and self.fast_forward else None
+            run = self.decode_run(plan) if self.fast_forward and is_steady(scheduler, plan) else None
             if run is None:
                 yield from self.one_pass(plan)
             else:
@@ -130,7 +172,9 @@ class Replica:
     def one_pass(self, plan: ScheduledPass):
         env = self.env
         start = env.now
-        duration = self.cost.pass_time(plan.new_tokens, plan.context_lens) + plan.swap_s
+        duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
+        if plan.swap_out or plan.swap_in:
+            duration += self.swap_link.seconds(plan)
         yield env.timeout(duration)
         self.num_steps += 1
         if self.pass_log is not None:
@@ -145,7 +189,7 @@ class Replica:
         if line is None:
             return None
         a, b, valid = line
-        k = min(self.scheduler.steady_passes(plan), valid)
+        k = min(steady_passes(self.scheduler, plan), valid)
         return (k, a, b) if k > 1 else None
 
     def decode_passes(self, plan: ScheduledPass, k: int, a: float, b: float):
@@ -176,7 +220,7 @@ class Replica:
                     self.run_id, "sim", self.num_passes + j, "decode", new,
                     [c + j for c in plan.context_lens], start + run_time(a, b, j), a + b * j, self.index))
         self.num_passes += k
-        self.leave(self.scheduler.on_passes_done(plan, k, start + a, env.now, times))
+        self.leave(apply_passes(self.scheduler, plan, k, start + a, env.now, times))
 
     def leave(self, seqs: list[Sequence]) -> None:
         if seqs and self.on_leave is not None:

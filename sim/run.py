@@ -2,9 +2,9 @@
 
 Following one request: `arrivals` turns its trace row into a `Sequence` at its arrival time and
 submits it to the cluster, which rejects it (with the reason) or routes it to a replica; the
-replica's loop (`sim.replica`) runs the passes its scheduler plans (`sim.policy`) for the time
+replica's loop (`sim.replica`) runs the passes its scheduler plans (`core.scheduler`) for the time
 the cost model gives (`sim.cost`); when the sequence leaves, `Sequence.record()` makes its
-RequestRecord, and `sim.metrics.compute_metrics` turns the records into the metrics table.
+RequestRecord, and `core.metrics.compute_metrics` turns the records into the metrics table.
 """
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import simpy
 
-from sim.cluster import Cluster, DisaggregatedCluster, RoundRobin
+from core.records import PassRecord, RequestRecord
+from core.scheduler import Scheduler, Sequence
+from core.routers import RoundRobin
+from sim.cluster import Cluster, DisaggregatedCluster
 from sim.cost import CostModel
-from sim.metrics import Metrics, compute_metrics
-from sim.policy import Scheduler, Sequence
-from sim.records import PassRecord, RequestRecord
-from sim.replica import Replica
+from sim.replica import Replica, SwapLink
 from traces.trace import Trace
 
 
@@ -50,24 +49,6 @@ class SimResult:
     num_steps: int = 0  # simulation steps: passes run one by one plus fast-forwarded runs
     prefix_hit_tokens: int = 0  # prompt tokens found in a prefix cache, not computed
 
-    def metrics(self, slos: dict[str, float] | None = None) -> Metrics:
-        return compute_metrics(self.requests, slos)
-
-
-def check_trace(trace: Trace) -> None:
-    """Refuse a trace the simulation can't replay faithfully (token counts that are not positive
-    are left to the schedulers, which reject those requests with the reason)."""
-    a = trace.arrival_s
-    if len(a) and not np.isfinite(a).all():
-        raise ValueError(f"{trace.name}: arrival times must be finite numbers")
-    bad = np.flatnonzero(np.diff(a) < 0)
-    if bad.size:
-        i = int(bad[0]) + 1
-        raise ValueError(f"{trace.name}: arrivals must be in time order, but request {i} arrives at "
-                         f"{a[i]:g} s, before request {i - 1} at {a[i - 1]:g} s")
-    if len(a) and a[0] < 0:
-        raise ValueError(f"{trace.name}: arrival times must be >= 0, the first is {a[0]:g} s")
-
 
 def arrivals(env: simpy.Environment, trace: Trace, cluster: Cluster, keep_token_times: bool):
     """Each trace row becomes a request at its arrival time and goes to the cluster."""
@@ -85,16 +66,19 @@ def arrivals(env: simpy.Environment, trace: Trace, cluster: Cluster, keep_token_
 
 def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostModel, replicas: int = 1,
              router=None, *, disaggregate: Disaggregation | None = None, keep_token_times: bool = False,
-             log_passes: bool = False, fast_forward: bool = True, run_id: str = "sim") -> SimResult:
+             log_passes: bool = False, fast_forward: bool = True, run_id: str = "sim",
+             swap_link: SwapLink | None = None) -> SimResult:
     """Replay `trace` on `replicas` replicas (each with a fresh `make_scheduler()`) behind
-    `router` (round robin by default), or on prefill and decode replicas when `disaggregate`."""
-    check_trace(trace)
+    `router` (round robin by default), or on prefill and decode replicas when `disaggregate`.
+    `swap_link` prices the copies of schedulers that preempt by swapping."""
+    trace.check_arrivals()
     wall = time.perf_counter()
     env = simpy.Environment()
     log: list[PassRecord] | None = [] if log_passes else None
 
     def replica(index: int, scheduler: Scheduler) -> Replica:
-        return Replica(env, index, scheduler, cost, fast_forward=fast_forward, pass_log=log, run_id=run_id)
+        return Replica(env, index, scheduler, cost, fast_forward=fast_forward, pass_log=log, run_id=run_id,
+                       swap_link=swap_link)
 
     router = router if router is not None else RoundRobin()
     if disaggregate is None:
@@ -125,7 +109,8 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
     end_s = max((s.finish_s if s.finish_s is not None else s.arrival_s) for s in seqs) if seqs else 0.0
     if log is not None:
         log.sort(key=lambda p: (p.start_s, p.replica))
-    return SimResult([s.record(run_id) for s in seqs], log or [], sum(r.num_passes for r in members),
-                     time.perf_counter() - wall, end_s, [r.scheduler.kv.peak_used for r in members],
-                     sum(r.num_steps for r in members),
-                     sum(getattr(r.scheduler.kv, "hit_tokens", 0) for r in members))
+    return SimResult(requests=[s.record(run_id) for s in seqs], passes=log or [],
+                     num_passes=sum(r.num_passes for r in members), wall_s=time.perf_counter() - wall, end_s=end_s,
+                     peak_kv_blocks=[r.scheduler.kv.peak_used for r in members],
+                     num_steps=sum(r.num_steps for r in members),
+                     prefix_hit_tokens=sum(getattr(r.scheduler.kv, "hit_tokens", 0) for r in members))

@@ -1,21 +1,26 @@
-"""A grid of runs (rates x policies x caps x replicas x seeds) in parallel processes.
+"""A grid of runs (the RunSpec axes x seeds) in parallel processes.
 
 Every grid point runs once per replication (seeds seed, seed+1, ...); each run is one row of
-metrics, and points with several replications get a mean and confidence interval per metric.
+metrics, appended to `runs.csv` as soon as it finishes, so an interrupted sweep keeps every
+finished run and `--resume` runs only the missing ones. Points with several replications get a
+mean and confidence interval per metric (`summary.csv`).
 """
 from __future__ import annotations
 
+import csv
 import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
-from sim.build import RunSpec, simulate_spec
-from sim.metrics import compute_metrics, confidence_interval
+from core.metrics import compute_metrics, summarize_replications
+from sim.build import AXES, RunSpec, simulate_spec
 
-AXES = ("rate", "rate_scale", "policy", "max_num_seqs", "replicas")
+SHOWN = ["request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
 
 
 def grid(base: RunSpec, replications: int = 1, **axes: Sequence) -> list[RunSpec]:
@@ -40,28 +45,106 @@ def run_point(spec: RunSpec, slos: dict[str, float] | None = None) -> dict:
     return row
 
 
+def _key(row: dict) -> tuple:
+    """A run's place in the grid, as text (so rows read back from runs.csv match)."""
+    return tuple("" if row[k] is None else str(float(row[k]) if k in ("rate", "rate_scale") else row[k])
+                 for k in (*AXES, "seed"))
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers leave Ctrl-C to the main process
+
+
+def _read_done(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    numeric = lambda v: v if v == "" else float(v)  # noqa: E731
+    return [{k: (v if k == "policy" else (None if v == "" else numeric(v))) for k, v in r.items()} for r in rows]
+
+
+class _RowFile:
+    """runs.csv, appended a row at a time and flushed, the header fixed by the first row."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.file, self.writer = path, None, None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not path.exists() or path.stat().st_size == 0
+            self.file = open(path, "a", newline="")
+            self.header = None if fresh else next(csv.reader(open(path, newline="")))
+
+    def write(self, row: dict) -> None:
+        if self.file is None:
+            return
+        if self.writer is None:
+            if self.header is None:
+                self.header = list(row)
+                csv.writer(self.file).writerow(self.header)
+            self.writer = csv.DictWriter(self.file, self.header, extrasaction="ignore")
+        self.writer.writerow(row)
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
 def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int | None = None,
-          progress: bool = True) -> list[dict]:
-    """Run every spec, `jobs` at a time in worker processes (1: in this process)."""
-    jobs = jobs or os.cpu_count() or 1
-    bar = tqdm(total=len(specs), desc="sweep", unit="run", disable=not progress)
+          progress: bool = True, out: Path | None = None, resume: bool = False) -> tuple[list[dict], bool]:
+    """Run every spec, `jobs` at a time in worker processes (1: in this process), appending each
+    row to out/runs.csv as it finishes. Returns the rows (with those already there when resuming)
+    and whether the sweep completed; Ctrl-C stops the workers at once and keeps what finished."""
+    runs_csv = out / "runs.csv" if out is not None else None
     rows: list[dict] = []
-    if jobs == 1:
-        for spec in specs:
-            rows.append(run_point(spec, slos))
-            bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_point, spec, slos) for spec in specs]
-            for future in as_completed(futures):
-                rows.append(future.result())
+    if runs_csv is not None and not resume and runs_csv.exists():
+        runs_csv.unlink()  # --overwrite
+    if resume and runs_csv is not None:
+        rows = _read_done(runs_csv)
+        done = {_key(r) for r in rows}
+        specs = [s for s in specs if _key({**{k: getattr(s, k) for k in AXES}, "seed": s.seed}) not in done]
+    jobs = min(jobs or os.cpu_count() or 1, max(1, len(specs)))
+    bar = tqdm(total=len(specs) + len(rows), initial=len(rows), desc="sweep", unit="run", disable=not progress)
+    sink = _RowFile(runs_csv)
+    complete = True
+    try:
+        if jobs == 1:
+            for spec in specs:
+                rows.append(run_point(spec, slos))
+                sink.write(rows[-1])
                 bar.update()
-    bar.close()
-    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] or 0) for k in (*AXES, "seed")))
+        else:
+            pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+            try:
+                pending = {pool.submit(run_point, spec, slos) for spec in specs}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        rows.append(future.result())
+                        sink.write(rows[-1])
+                        bar.update()
+            except BaseException:
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
+    except KeyboardInterrupt:
+        complete = False
+        bar.close()
+        where = (f"kept in {runs_csv}; run the same command with --resume to finish the grid" if runs_csv
+                 else "not kept (no --out)")
+        print(f"\ninterrupted: {len(rows)} of {bar.total} runs done, {where}")
+    finally:
+        sink.close()
+        bar.close()
+    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] or 0) for k in (*AXES, "seed"))), complete
 
 
 def summarize(rows: list[dict], metrics: Iterable[str], level: float = 0.95) -> list[dict]:
     """One row per grid point: each metric's mean and confidence-interval half-width (`_ci`)."""
+    metrics = list(metrics)
     points: dict[tuple, list[dict]] = {}
     for row in rows:
         points.setdefault(tuple(row[k] for k in AXES), []).append(row)
@@ -69,9 +152,26 @@ def summarize(rows: list[dict], metrics: Iterable[str], level: float = 0.95) -> 
     for key, reps in points.items():
         summary = dict(zip(AXES, key))
         summary["replications"] = len(reps)
-        for m in metrics:
-            mean, half = confidence_interval([r[m] for r in reps if r[m] is not None], level)
+        for m, (mean, half) in summarize_replications(reps, metrics, level).items():
             summary[m] = mean
             summary[f"{m}_ci"] = half
         out.append(summary)
     return out
+
+
+def print_summary(rows: list[dict], axes: dict, slos: dict | None, out: Path | None) -> None:
+    """The grid as a table (only the axes that vary), and summary.csv under `out`."""
+    if not rows:
+        return
+    import pandas as pd
+    metrics = SHOWN + (["request_goodput"] if slos else [])
+    table = pd.DataFrame(summarize(rows, metrics))
+    fixed = [c for c in (*axes, "replications") if table[c].nunique(dropna=False) == 1]
+    shown = table.drop(columns=fixed + [c for c in table if c.endswith("_ci") and table[c].isna().all()]
+                       + [a for a in AXES if a not in axes])
+    print(", ".join(f"{c}={table[c].iloc[0]}" for c in fixed))
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.2f}".format):
+        print(shown.to_string(index=False))
+    if out is not None:
+        table.to_csv(out / "summary.csv", index=False)
+        print(f"written {out / 'runs.csv'} and {out / 'summary.csv'}")

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from sim.metrics import littles_law
+from core.metrics import littles_law
 from sim.run import SimResult, simulate
 from traces.trace import Trace
 

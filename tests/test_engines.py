@@ -1,7 +1,8 @@
 """The three engines on the tiny model, on the CPU."""
+import pytest
+pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
 from dataclasses import replace
 
-import pytest
 
 from engine.engines import generate
 from engine.weights import build_random

@@ -4,6 +4,7 @@ On the CPU the kernels run in Triton's interpreter, without CUDA graphs; tests/t
 the same checks on a GPU with graphs captured.
 """
 import pytest
+pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
 import torch
 
 pytest.importorskip("triton")

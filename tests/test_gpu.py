@@ -8,6 +8,7 @@ So each graph-path token is checked against the eager model's logits for the sam
 (teacher forcing): it must be the eager argmax, or within rounding of it.
 """
 import pytest
+pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
 import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,14 +1,15 @@
 """The Qwen2 model written here against Hugging Face transformers' Qwen2ForCausalLM."""
+import pytest
+pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
 import json
 
-import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import save_file
 
-from engine.config import ModelConfig, get_preset
-from engine.model import KVCache
+from core.config import ModelConfig, get_preset
+from engine.model import DenseKVCache
 from engine.weights import CheckpointError, build_random, engine_to_hf, load_checkpoint
 
 TINY = get_preset("tiny")
@@ -41,7 +42,7 @@ def test_checkpoint_logits_match_transformers_for_prefill_and_20_cached_decode_s
     with torch.no_grad():
         hf_out = hf_model(prompt, use_cache=True)
         positions = torch.arange(12).unsqueeze(0)
-        cache = KVCache(model.config, 1, 64, torch.float32, "cpu")
+        cache = DenseKVCache(model.config, 1, 64, torch.float32, "cpu")
         ours = model.logits(model(prompt, positions, cache))
         assert relative_error(ours, hf_out.logits) < 1e-4
 

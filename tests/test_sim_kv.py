@@ -1,10 +1,11 @@
 """KV block accounting, and the prefix cache's sharing and eviction."""
 import pytest
 
-from engine.config import get_preset
-from engine.roofline import GIB, get_gpu
-from sim.kv import KVCache, PrefixCache, blocks_for_gpu
-from sim.policy import Sequence
+from core.config import get_preset
+from core.roofline import GIB, get_gpu
+from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
+from core.scheduler import ContinuousBatching
+from core.scheduler import Sequence
 
 
 def seq(prompt=10, hashes=None, index=0):
@@ -19,7 +20,7 @@ def test_capacity_from_gpu_memory():
 
 
 def test_blocks_are_allocated_as_sequences_grow_and_given_back():
-    kv = KVCache(5, block_size=4)
+    kv = BlockPool(5, block_size=4)
     a, b = seq(index=0), seq(index=1)
     assert kv.allocate(a, 5) and a.block_table == [0, 1]
     assert kv.allocate(a, 8) and a.block_table == [0, 1]  # still fits in two blocks
@@ -32,7 +33,7 @@ def test_blocks_are_allocated_as_sequences_grow_and_given_back():
 
 
 def test_prefix_cache_shares_computed_prompt_blocks_and_evicts_least_recent():
-    kv = PrefixCache(12, block_size=4, hash_block_tokens=8)  # an entry is 2 blocks
+    kv = PrefixBlockPool(12, block_size=4, hash_block_tokens=8)  # an entry is 2 blocks
     a = seq(prompt=20, hashes=[1, 2, 3])  # two full hash blocks (16 tokens) + 4 tokens
     assert kv.lookup(a) == 0
     assert kv.allocate(a, 20)
@@ -53,7 +54,7 @@ def test_prefix_cache_shares_computed_prompt_blocks_and_evicts_least_recent():
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_hash_block():
-    kv = PrefixCache(8, block_size=4, hash_block_tokens=8)
+    kv = PrefixBlockPool(8, block_size=4, hash_block_tokens=8)
     a = seq(prompt=16, hashes=[1, 2])
     kv.allocate(a, 16)
     kv.on_prompt_computed(a)
@@ -62,7 +63,7 @@ def test_a_fully_cached_prompt_still_computes_its_last_hash_block():
 
 
 def test_a_block_computed_twice_at_once_is_kept_once():
-    kv = PrefixCache(8, block_size=4, hash_block_tokens=8)
+    kv = PrefixBlockPool(8, block_size=4, hash_block_tokens=8)
     a, b = seq(prompt=8, hashes=[7]), seq(prompt=8, hashes=[7], index=1)
     kv.allocate(a, 8)
     kv.allocate(b, 8)  # both miss: neither is computed yet
@@ -73,6 +74,9 @@ def test_a_block_computed_twice_at_once_is_kept_once():
 
 def test_bad_sizes_are_clear_errors():
     with pytest.raises(ValueError, match="multiple of block_size"):
-        PrefixCache(10, block_size=16, hash_block_tokens=24)
+        PrefixBlockPool(10, block_size=16, hash_block_tokens=24)
+    with pytest.raises(ValueError, match="positive multiple"):
+        PrefixBlockPool(10, block_size=16, hash_block_tokens=0)
     with pytest.raises(ValueError, match="swap"):
-        KVCache(10, swap_bytes_per_s=1e9)
+        ContinuousBatching(PrefixBlockPool(10, block_size=4, hash_block_tokens=8), max_model_len=40,
+                           preemption="swap")

@@ -5,16 +5,17 @@ Every pass takes 1 s (ConstantCost), so token times are pass counts.
 import pytest
 
 from sim.cost import ConstantCost
-from sim.kv import KVCache
-from sim.policy import (ChunkedPrefill, ContinuousBatching, DecodePriority, Sequence, StaticBatching, by_priority,
+from core.kv import BlockPool
+from core.scheduler import (ChunkedPrefill, ContinuousBatching, DecodePriority, Sequence, StaticBatching, by_priority,
                         shortest_prompt_first)
+from sim.replica import SwapLink
 from sim_helpers import checked_run, token_times, trace_of
 
 ONE = ConstantCost(1.0)
 
 
 def big_kv():
-    return KVCache(1000, block_size=4)
+    return BlockPool(1000, block_size=4)
 
 
 def test_continuous_prefills_together_then_decodes_together():
@@ -41,7 +42,7 @@ def test_continuous_respects_max_num_seqs():
 
 
 def test_continuous_token_budget_splits_prefills():
-    kv = KVCache(1000, block_size=4)
+    kv = BlockPool(1000, block_size=4)
     tr = trace_of([(0, 6, 1), (0, 6, 1)])
     res = checked_run(tr, lambda: ContinuousBatching(kv, max_num_batched_tokens=8, max_model_len=8), ONE)
     assert [p.new_tokens for p in res.passes] == [[6], [6]]
@@ -75,16 +76,16 @@ def test_static_batching_waits_for_a_full_batch_or_the_timeout():
 
 
 def test_static_batching_reserves_the_whole_cache_and_never_preempts():
-    kv = KVCache(4, block_size=4)  # 16 tokens: one request of 6+4-1 = 9 tokens at a time
+    kv = BlockPool(4, block_size=4)  # 16 tokens: one request of 6+4-1 = 9 tokens at a time
     tr = trace_of([(0, 6, 4), (0, 6, 4)])
     res = checked_run(tr, lambda: StaticBatching(kv, batch_size=2, timeout_s=0, max_model_len=16), ONE)
     assert token_times(res) == {"0": [1, 2, 3, 4], "1": [5, 6, 7, 8]}
     assert all(r.preemptions == 0 for r in res.requests)
 
 
-def recompute_scenario_kv(**kw):
+def recompute_scenario_kv():
     # 4 blocks of 2 tokens: A and B (prompt 3, output 4) fit together only until their 5th token.
-    return KVCache(4, block_size=2, **kw)
+    return BlockPool(4, block_size=2)
 
 
 def test_preemption_by_recompute_drops_the_newest_and_recomputes_it_later():
@@ -99,9 +100,9 @@ def test_preemption_by_recompute_drops_the_newest_and_recomputes_it_later():
 
 def test_preemption_by_swap_pays_the_transfer_both_ways():
     # 1 byte per token at 4 bytes/s: swapping B's 4 cached tokens takes 1 s each way.
-    kv = lambda: recompute_scenario_kv(bytes_per_token=1, swap_bytes_per_s=4)  # noqa: E731
     tr = trace_of([(0, 3, 4), (0, 3, 4)])
-    res = checked_run(tr, lambda: ContinuousBatching(kv(), max_model_len=8), ONE)
+    res = checked_run(tr, lambda: ContinuousBatching(recompute_scenario_kv(), max_model_len=8, preemption="swap"),
+                      ONE, swap_link=SwapLink(bytes_per_token=1, bytes_per_s=4))
     assert token_times(res) == {"0": [1, 2, 4, 5], "1": [1, 2, 7, 8]}
     swaps = [p.duration_s for p in res.passes]
     assert swaps == [1, 1, 2, 1, 2, 1]  # swap-out with A's pass at t=2, swap-in with B's at t=5
@@ -109,7 +110,7 @@ def test_preemption_by_swap_pays_the_transfer_both_ways():
 
 
 def test_a_request_that_can_never_fit_is_rejected_with_its_reason():
-    kv = KVCache(4, block_size=4)
+    kv = BlockPool(4, block_size=4)
     tr = trace_of([(0, 10, 10), (0, 4, 2)])
     res = checked_run(tr, lambda: ContinuousBatching(kv, max_model_len=16), ONE)
     bad, good = res.requests
@@ -119,9 +120,9 @@ def test_a_request_that_can_never_fit_is_rejected_with_its_reason():
 
 def test_a_kv_cache_smaller_than_one_request_is_a_clear_error():
     with pytest.raises(ValueError, match="fewer than one request"):
-        ContinuousBatching(KVCache(4, block_size=4), max_model_len=32768)
+        ContinuousBatching(BlockPool(4, block_size=4), max_model_len=32768)
     with pytest.raises(ValueError, match="no room"):
-        KVCache(0)
+        BlockPool(0)
 
 
 def test_nonsense_budgets_are_clear_errors():
@@ -156,16 +157,53 @@ def test_decode_priority_admits_when_enough_requests_wait():
 
 
 def test_the_engine_call_sequence_by_hand():
-    """What a real engine does: add, then schedule / run / on_pass_done, with early stops."""
-    sched = ContinuousBatching(big_kv())
-    a, b = Sequence("a", 0.0, 5, 10), Sequence("b", 0.0, 3, 10, index=1)
+    """What a real engine does: add sequences with their token ids, then schedule / run /
+    on_pass_done with the tokens it sampled; a sequence that samples EOS stops there."""
+    sched = ContinuousBatching(big_kv(), eos_token_id=99)
+    a = Sequence("a", 0.0, 5, 10, token_ids=[1, 2, 3, 4, 5])
+    b = Sequence("b", 0.0, 3, 10, index=1, token_ids=[7, 8, 9])
     assert sched.add(a) is None and sched.add(b) is None
     plan = sched.schedule(0.0)
     assert plan.seqs == [a, b] and plan.new_tokens == [5, 3] and plan.context_lens == [0, 0]
+    assert not plan.decode
     assert [len(s.block_table) for s in plan.seqs] == [2, 1]  # blocks of 4 for 5 and 3 tokens
-    assert sched.on_pass_done(plan, 0.1) == []
+    assert sched.on_pass_done(plan, 0.1, [11, 12]) == []
+    assert a.token_ids == [1, 2, 3, 4, 5, 11] and b.token_ids == [7, 8, 9, 12]
     plan = sched.schedule(0.1)
-    assert plan.new_tokens == [1, 1] and plan.context_lens == [5, 3]
-    assert sched.on_pass_done(plan, 0.2, stopped=[b]) == [b]  # b sampled end-of-sequence
+    assert plan.new_tokens == [1, 1] and plan.context_lens == [5, 3] and plan.decode
+    assert sched.on_pass_done(plan, 0.2, [13, 99]) == [b]  # b sampled end-of-sequence
     assert b.finish_s == 0.2 and b.record().output_tokens == 2 and b.block_table == []
+    assert b.token_ids == [7, 8, 9, 12, 99]
     assert sched.schedule(0.2).seqs == [a]
+
+
+def test_a_preempted_sequence_keeps_its_tokens_for_the_recompute():
+    sched = ContinuousBatching(recompute_scenario_kv(), max_model_len=8)
+    a = Sequence("a", 0.0, 3, 4, token_ids=[1, 2, 3])
+    b = Sequence("b", 0.0, 3, 4, index=1, token_ids=[4, 5, 6])
+    sched.add(a), sched.add(b)
+    sampled = iter(range(100, 200))
+    plans = []
+    while b.finish_s is None:
+        plan = sched.schedule(0.0)
+        plans.append(plan)
+        sched.on_pass_done(plan, 0.0, [next(sampled) for _ in plan.seqs])
+    recompute = next(p for p in plans if p.seqs == [b] and p.context_lens == [0] and p.new_tokens[0] > 3)
+    assert recompute.new_tokens == [5] and b.preemptions == 1
+    assert b.token_ids[:5] == [4, 5, 6, 101, 103]  # the prompt, then what it had sampled before
+    assert len(b.token_ids) == 7 and len(a.token_ids) == 7
+
+
+def test_a_swap_names_the_blocks_to_copy_out_and_back_in():
+    sched = ContinuousBatching(recompute_scenario_kv(), max_model_len=8, preemption="swap")
+    a, b = Sequence("a", 0.0, 3, 4), Sequence("b", 0.0, 3, 4, index=1)
+    sched.add(a), sched.add(b)
+    outs, ins = [], []
+    while b.finish_s is None:
+        plan = sched.schedule(0.0)
+        outs += [(s, list(ids), s.num_computed) for s, ids in plan.swap_out]
+        ins += [(s, list(ids), s.num_computed) for s, ids in plan.swap_in]
+        sched.on_pass_done(plan, 0.0)
+    (out_seq, out_ids, out_tokens), = outs
+    (in_seq, in_ids, in_tokens), = ins
+    assert out_seq is in_seq is b and out_tokens == in_tokens == 4 and len(out_ids) == len(in_ids) == 2

@@ -3,12 +3,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
+from core.config import get_preset
+from core.roofline import get_gpu
 from sim.cost import ConstantCost, RooflineCost
-from sim.kv import KVCache, PrefixCache
-from sim.cluster import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
-from sim.policy import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, shortest_prompt_first
+from core.kv import BlockPool, PrefixBlockPool, blocks_for
+from core.routers import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
+from core.scheduler import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, shortest_prompt_first
+from sim.replica import SwapLink
 from sim.run import Disaggregation, simulate
 from traces.trace import Trace
 
@@ -18,16 +19,19 @@ COSTS = [RooflineCost(get_preset("qwen2.5-1.5b"), get_gpu("h200")), ConstantCost
 def make_scheduler(policy: str, blocks: int, block_size: int, swap: bool, max_num_seqs: int):
     def build():
         cache_len = blocks * block_size
-        kv = (PrefixCache(blocks, block_size, hash_block_tokens=block_size * 2) if policy == "prefix"
-              else KVCache(blocks, block_size, bytes_per_token=1000, swap_bytes_per_s=1e9 if swap else None))
+        kv = (PrefixBlockPool(blocks, block_size, hash_block_tokens=block_size * 2) if policy == "prefix"
+              else BlockPool(blocks, block_size))
+        preemption = "swap" if swap and policy != "prefix" else "recompute"
         if policy == "static":
-            return StaticBatching(kv, batch_size=max_num_seqs, timeout_s=0.05, max_model_len=cache_len)
+            return StaticBatching(kv, batch_size=max_num_seqs, timeout_s=0.05, max_model_len=cache_len,
+                                  preemption=preemption)
         if policy == "chunked":
-            return ChunkedPrefill(kv, max_num_seqs, max(max_num_seqs, 32), cache_len)
+            return ChunkedPrefill(kv, max_num_seqs, max(max_num_seqs, 32), cache_len, preemption=preemption)
         if policy == "decode-priority":
-            return DecodePriority(kv, max_waiting_passes=3, max_num_seqs=max_num_seqs, max_model_len=cache_len)
+            return DecodePriority(kv, max_waiting_passes=3, max_num_seqs=max_num_seqs, max_model_len=cache_len,
+                                  preemption=preemption)
         return ContinuousBatching(kv, max_num_seqs, max_model_len=cache_len,
-                                  order=shortest_prompt_first if policy == "spf" else None)
+                                  order=shortest_prompt_first if policy == "spf" else None, preemption=preemption)
     return build
 
 
@@ -65,9 +69,14 @@ def run(s, fast_forward=True):
         disaggregate = Disaggregation(s["replicas"], 2, make_scheduler("chunked", s["blocks"], s["block_size"],
                                                                        s["swap"], s["max_num_seqs"]),
                                       kv_bytes_per_token=1000, link_bytes_per_s=1e9, link_latency_s=1e-3,
-                                      decode_router=s["router"](1))
-    return simulate(trace_for(s), make, COSTS[s["cost"]], s["replicas"], s["router"](0), disaggregate=disaggregate,
-                    keep_token_times=True, log_passes=True, fast_forward=fast_forward)
+                                      decode_router=router(s["router"], 1))
+    return simulate(trace_for(s), make, COSTS[s["cost"]], s["replicas"], router(s["router"], 0),
+                    disaggregate=disaggregate, keep_token_times=True, log_passes=True, fast_forward=fast_forward,
+                    swap_link=SwapLink(1000, 1e9))
+
+
+def router(cls, seed: int):
+    return cls(seed) if cls is PowerOfTwo else cls()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,7 +97,7 @@ def test_every_run_ends_every_request_within_the_cache(s):
     if s["policy"] != "prefix" and not s["disaggregate"]:  # without sharing, distinct blocks per pass
         bs = s["block_size"]
         for p in res.passes:
-            held = sum(-(-(c + n) // bs) for c, n in zip(p.context_lens, p.new_tokens))
+            held = sum(blocks_for(c + n, bs) for c, n in zip(p.context_lens, p.new_tokens))
             assert held <= s["blocks"], p
 
 

@@ -11,12 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from engine.config import get_preset
-from engine.roofline import get_gpu
+from core.config import get_preset
+from core.roofline import get_gpu
 from sim.cost import ConstantCost, RooflineCost
-from sim.kv import KVCache
-from sim.metrics import littles_law
-from sim.policy import ChunkedPrefill, ContinuousBatching
+from core.kv import BlockPool
+from core.metrics import littles_law
+from core.scheduler import ChunkedPrefill, ContinuousBatching
 from sim.run import simulate
 from traces.trace import Trace
 
@@ -43,7 +43,7 @@ def test_md1_mean_wait_is_pollaczek_khinchine():
     rng = np.random.default_rng(0)
     arrival = np.cumsum(rng.exponential(d / rho, n))
     trace = Trace(arrival, np.ones(n, int), np.ones(n, int))
-    res = simulate(trace, lambda: ContinuousBatching(KVCache(64, 16), max_num_seqs=1, max_model_len=64),
+    res = simulate(trace, lambda: ContinuousBatching(BlockPool(64, 16), max_num_seqs=1, max_model_len=64),
                    ConstantCost(d))
     waits = np.array([r.first_token_s - r.arrival_s - d for r in res.requests])
     assert np.allclose(waits, lindley_waits(arrival, np.full(n, d)), atol=1e-6)
@@ -66,7 +66,7 @@ def test_mm1_matches_the_exponential_server():
     2.7%, mean time in system 1.5%, P(wait) 1.1%."""
     n, lam, delta = 30_000, 0.5, 1e-3
     trace, arrival, outputs = geometric_service_trace(np.random.default_rng(1), n, lam, 1000)
-    res = simulate(trace, lambda: ChunkedPrefill(KVCache(10**6, 16), max_num_seqs=1, max_num_batched_tokens=16,
+    res = simulate(trace, lambda: ChunkedPrefill(BlockPool(10**6, 16), max_num_seqs=1, max_num_batched_tokens=16,
                                                  max_model_len=10**7), ConstantCost(delta))
     assert res.num_passes == outputs.sum() and res.num_steps < 3 * n
     start = np.array([r.first_token_s - delta for r in res.requests])
@@ -88,7 +88,7 @@ def test_mmc_matches_erlang_c():
     n, c, rho, delta = 30_000, 3, 0.6, 1e-3
     lam = c * rho
     trace, arrival, _ = geometric_service_trace(np.random.default_rng(2), n, lam, 1000)
-    res = simulate(trace, lambda: ChunkedPrefill(KVCache(10**6, 16), max_num_seqs=c, max_num_batched_tokens=16,
+    res = simulate(trace, lambda: ChunkedPrefill(BlockPool(10**6, 16), max_num_seqs=c, max_num_batched_tokens=16,
                                                  max_model_len=10**7), ConstantCost(delta))
     waits = np.array([r.first_token_s - delta - r.arrival_s for r in res.requests])
     sojourn = np.array([r.finish_s - r.arrival_s for r in res.requests])
@@ -104,7 +104,7 @@ def test_littles_law_on_a_busy_cluster_with_preemptions():
     n = 3000
     trace = Trace(np.cumsum(rng.exponential(0.01, n)), rng.integers(10, 2000, n), rng.integers(1, 500, n))
     cost = RooflineCost(get_preset("qwen2.5-1.5b"), get_gpu("h200"))
-    res = simulate(trace, lambda: ContinuousBatching(KVCache(400, 16), max_model_len=6400), cost, replicas=2)
+    res = simulate(trace, lambda: ContinuousBatching(BlockPool(400, 16), max_model_len=6400), cost, replicas=2)
     assert sum(r.preemptions for r in res.requests) > 0
     L, lam, W = littles_law(res.requests)
     assert L == pytest.approx(lam * W, rel=1e-9)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import TraceError
+from traces.trace import MAX_ARRIVAL_S
 
 CHUNK_ROWS = 1_000_000
 ENCODING = "utf-8-sig"  # tolerate the byte-order mark spreadsheet programs write
@@ -189,6 +190,11 @@ def seconds(col: pd.Series, path: Path, what: str) -> np.ndarray:
     if negative.any():
         line, text = _first_bad(col, negative)
         raise TraceError(path, line, f"{what} is negative, got {text}")
+    late = values > MAX_ARRIVAL_S
+    if late.any():
+        line, text = _first_bad(col, late)
+        raise TraceError(path, line, f"{what} {text} is past {MAX_ARRIVAL_S:g} s (about 3.2 years), "
+                                     "the longest trace this project replays")
     return values
 
 

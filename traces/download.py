@@ -119,3 +119,11 @@ def _check_first_line(name: str, entry: PublicTrace, path: Path) -> None:
         path.unlink()
         raise DownloadError(f"{entry.url} did not return a {entry.fmt} trace for {name!r} (its first "
                             f"line is {first.strip()[:80]!r}); the address may have moved")
+
+
+def resolve_trace(arg: str | Path) -> Path:
+    """A trace argument as a file: a public trace's name (`azure-conv-2023`) is found on this
+    machine or downloaded (see `download`), anything else is taken as a path."""
+    if str(arg) in PUBLIC_TRACES:
+        return download(str(arg))
+    return Path(arg)

@@ -19,7 +19,7 @@ import pandas as pd
 from traces.csvfile import ENCODING, integers, read_columns, read_header, require_columns, seconds
 from traces.errors import TraceError
 from traces.public import load_azure, load_burstgpt, load_mooncake
-from traces.trace import Trace
+from traces.trace import Trace, first_out_of_order
 
 __all__ = ["FORMATS", "TraceError", "detect_format", "load_trace", "save_trace"]
 
@@ -127,9 +127,8 @@ def _block_hashes(col: pd.Series, path: Path, what: str) -> list[list[int]]:
 
 
 def _check_time_order(path: Path, arrival_s: np.ndarray) -> None:
-    back = np.flatnonzero(np.diff(arrival_s) < 0)
-    if back.size:
-        i = int(back[0]) + 1
+    i = first_out_of_order(arrival_s)
+    if i is not None:
         raise TraceError(path, _line(i), f"arrival_s {float(arrival_s[i])!r} is earlier than "
                                          f"{float(arrival_s[i - 1])!r} on line {_line(i - 1)}: the project "
                                          "format must be in time order (the public-format "

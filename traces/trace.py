@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Arrival times past this many seconds (about 3.2 years) are refused: float64 still resolves
+# 15 ns there, so a token time never rounds into its neighbour.
+MAX_ARRIVAL_S = 1e8
+
+
+def first_out_of_order(arrival_s: np.ndarray) -> int | None:
+    """Index of the first arrival earlier than the one before it, or None when in time order."""
+    back = np.flatnonzero(np.diff(arrival_s) < 0)
+    return int(back[0]) + 1 if back.size else None
+
 
 @dataclass
 class Trace:
@@ -65,6 +75,25 @@ class Trace:
             block_hashes=None if self.block_hashes is None else [self.block_hashes[i] for i in index],
             name=self.name,
         )
+
+    def check_arrivals(self) -> None:
+        """Refuse arrival times a replay can't follow faithfully: not finite, negative, past
+        MAX_ARRIVAL_S, or out of time order (token counts that are not positive are left to the
+        schedulers, which reject those requests with the reason)."""
+        a = self.arrival_s
+        if not len(a):
+            return
+        if not np.isfinite(a).all():
+            raise ValueError(f"{self.name}: arrival times must be finite numbers")
+        if a.min() < 0:
+            raise ValueError(f"{self.name}: arrival times must be >= 0, the first negative is {a.min():g} s")
+        if a.max() > MAX_ARRIVAL_S:
+            raise ValueError(f"{self.name}: an arrival at {a.max():g} s is past the {MAX_ARRIVAL_S:g} s "
+                             f"this project replays (about 3.2 years)")
+        i = first_out_of_order(a)
+        if i is not None:
+            raise ValueError(f"{self.name}: arrivals must be in time order, but request {i} arrives at "
+                             f"{a[i]:g} s, before request {i - 1} at {a[i - 1]:g} s")
 
     def ids(self) -> list[str]:
         """Request ids: the trace's own, or the row index."""

@@ -1,0 +1,246 @@
+"""Serving metrics from request records, with vLLM's definitions (vllm/benchmarks/serve.py).
+
+One function, `compute_metrics`, serves real runs and simulated runs alike:
+
+- TTFT: first token time - arrival, per request.
+- TPOT: (E2EL - TTFT) / (output_tokens - 1), per request with at least 2 output tokens.
+- ITL: every gap between consecutive output tokens, pooled over all requests.
+- E2EL: last token time - arrival, per request.
+- request / output-token / total-token throughput: counts over the run's duration, which is
+  from the first arrival to the last finish.
+- goodput: completed requests that meet every given SLO (ttft, tpot, e2el; milliseconds, as
+  vLLM's `--goodput ttft:MS tpot:MS`), per second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from core.records import RequestRecord
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+@dataclass
+class Distribution:
+    """mean, median, std and chosen percentiles of one latency metric, in seconds."""
+
+    count: int
+    mean: float
+    median: float
+    std: float
+    percentiles: dict[float, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray, percentiles: Iterable[float]) -> "Distribution":
+        a = np.asarray(values, dtype=float)
+        if a.size == 0:
+            nan = float("nan")
+            return cls(0, nan, nan, nan, {p: nan for p in percentiles})
+        return cls(int(a.size), float(a.mean()), float(np.median(a)), float(a.std()),
+                   {p: float(np.percentile(a, p)) for p in percentiles})
+
+
+@dataclass
+class Metrics:
+    completed: int
+    rejected: int
+    duration_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    goodput: float | None
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2el: Distribution
+    preemptions: int = 0
+
+    def as_row(self) -> dict:
+        """Flat dict with vLLM's key names (latencies in ms), for CSV/JSON and charts."""
+        row = {
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "duration_s": self.duration_s,
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput,
+            "output_throughput": self.output_throughput,
+            "total_token_throughput": self.total_token_throughput,
+            "request_goodput": self.goodput,
+            "preemptions": self.preemptions,
+        }
+        for name in ("ttft", "tpot", "itl", "e2el"):
+            d: Distribution = getattr(self, name)
+            row[f"mean_{name}_ms"] = d.mean * 1e3
+            row[f"median_{name}_ms"] = d.median * 1e3
+            row[f"std_{name}_ms"] = d.std * 1e3
+            for p, v in d.percentiles.items():
+                row[f"p{p:g}_{name}_ms"] = v * 1e3
+        return row
+
+
+def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
+    """`["ttft:200", "tpot:50"]` -> {"ttft": 0.2, "tpot": 0.05} (seconds), as vLLM's flag."""
+    slos = {}
+    for spec in specs:
+        name, sep, ms = spec.partition(":")
+        if not sep or name not in SLO_METRICS:
+            raise ValueError(f"goodput SLO {spec!r}: expected NAME:MS with NAME one of {SLO_METRICS}")
+        try:
+            value = float(ms)
+        except ValueError:
+            raise ValueError(f"goodput SLO {spec!r}: {ms!r} is not a number of milliseconds") from None
+        if value <= 0:
+            raise ValueError(f"goodput SLO {spec!r}: must be positive")
+        slos[name] = value / 1e3
+    return slos
+
+
+def compute_metrics(records: Iterable[RequestRecord], slos: dict[str, float] | None = None,
+                    percentiles: Iterable[float] = DEFAULT_PERCENTILES,
+                    duration_s: float | None = None) -> Metrics:
+    """Metrics over a run's request records. `slos` maps ttft/tpot/e2el to seconds; `duration_s`
+    overrides the run's span (first arrival to last finish)."""
+    records = list(records)
+    percentiles = tuple(percentiles)
+    done = [r for r in records if r.completed]
+    rejected = sum(1 for r in records if r.rejected is not None)
+
+    ttfts = [r.ttft_s for r in done if r.first_token_s is not None]
+    tpots = [r.tpot_s for r in done if r.tpot_s is not None]
+    e2els = [r.e2el_s for r in done]
+    itls: list[float] = []
+    keep_all = all(r.token_times_s or r.itl_count == 0 for r in done)
+    if keep_all:
+        for r in done:
+            itls.extend(r.itls_s())
+    itl = Distribution.of(itls, percentiles)
+    if not keep_all:  # some producer kept only the ITL summary: the mean is still exact
+        count = sum(r.itl_count for r in done)
+        nan = float("nan")
+        itl = Distribution(count, sum(r.itl_sum_s for r in done) / count if count else nan,
+                           nan, nan, {p: nan for p in percentiles})
+
+    if duration_s is None:
+        if done:
+            duration_s = max(r.finish_s for r in done) - min(r.arrival_s for r in records)
+        else:
+            duration_s = 0.0
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: float("nan"))
+
+    goodput = None
+    if slos:
+        good = 0
+        for r in done:
+            values = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}
+            if all(values[k] is None or values[k] <= limit for k, limit in slos.items()):
+                good += 1
+        goodput = per_s(good)
+
+    total_in = sum(r.prompt_tokens for r in done)
+    total_out = sum(r.output_tokens for r in done)
+    return Metrics(
+        completed=len(done), rejected=rejected, duration_s=duration_s,
+        total_input_tokens=total_in, total_output_tokens=total_out,
+        request_throughput=per_s(len(done)), output_throughput=per_s(total_out),
+        total_token_throughput=per_s(total_in + total_out), goodput=goodput,
+        ttft=Distribution.of(ttfts, percentiles), tpot=Distribution.of(tpots, percentiles),
+        itl=itl, e2el=Distribution.of(e2els, percentiles),
+        preemptions=sum(r.preemptions for r in records),
+    )
+
+
+def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:
+    """A text table laid out like vLLM's benchmark printout."""
+    lines = [f"{title:=^60}"]
+
+    def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
+        text = "nan" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
+        lines.append(f"{label:<40}{text}")
+
+    kv("Successful requests:", m.completed, "{:<10}")
+    kv("Rejected requests:", m.rejected, "{:<10}")
+    kv("Preemptions:", m.preemptions, "{:<10}")
+    kv("Benchmark duration (s):", m.duration_s)
+    kv("Total input tokens:", m.total_input_tokens, "{:<10}")
+    kv("Total generated tokens:", m.total_output_tokens, "{:<10}")
+    kv("Request throughput (req/s):", m.request_throughput)
+    if m.goodput is not None:
+        kv("Request goodput (req/s):", m.goodput)
+    kv("Output token throughput (tok/s):", m.output_throughput)
+    kv("Total Token throughput (tok/s):", m.total_token_throughput)
+    for name, header in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+                         ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        d: Distribution = getattr(m, name)
+        lines.append(f"{header:-^60}")
+        kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)
+        kv(f"Median {name.upper()} (ms):", d.median * 1e3)
+        for p, v in d.percentiles.items():
+            if p != 50:  # the median, printed above
+                kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
+    lines.append("=" * 60)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- replications and checks
+
+
+def confidence_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the Student-t confidence interval of independent replications'
+    values (half-width nan with fewer than two)."""
+    a = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if a.size == 0:
+        return float("nan"), float("nan")
+    if a.size < 2:
+        return float(a.mean()), float("nan")
+    from scipy import stats
+    half = stats.t.ppf((1 + level) / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size)
+    return float(a.mean()), float(half)
+
+
+def summarize_replications(rows: Sequence[dict], keys: Iterable[str] | None = None,
+                           level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Per metric (`keys`, default every numeric column of `Metrics.as_row()` rows) of
+    independent replications: (mean, confidence-interval half-width)."""
+    if keys is None:
+        keys = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {k: confidence_interval([r[k] for r in rows if r.get(k) is not None], level) for k in keys}
+
+
+def format_replications(summary: dict[str, tuple[float, float]], n: int, level: float = 0.95,
+                        keys: Iterable[str] = ("request_throughput", "output_throughput", "request_goodput",
+                                               "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                               "mean_e2el_ms")) -> str:
+    """A table of means with their confidence intervals over `n` replications."""
+    lines = [f"{f' {n} replications, mean +- {level:.0%} CI ':=^60}"]
+    for k in keys:
+        if k in summary and not math.isnan(summary[k][0]):
+            mean, half = summary[k]
+            lines.append(f"{k:<40}{mean:<10.2f} +- {half:.2f}")
+    lines.append("=" * 60)
+    return "\n".join(lines)
+
+
+def littles_law(records: Iterable[RequestRecord]) -> tuple[float, float, float]:
+    """(L, lambda, W) over the completed requests: L the time-average number in the system,
+    measured by sweeping arrivals and departures; lambda = n / span; W the mean time in the
+    system. L = lambda * W on any consistent run."""
+    done = [r for r in records if r.completed]
+    if not done:
+        return 0.0, 0.0, 0.0
+    events = sorted([(r.arrival_s, 1) for r in done] + [(r.finish_s, -1) for r in done])
+    area, count, last = 0.0, 0, events[0][0]
+    for t, step in events:
+        area += count * (t - last)
+        count, last = count + step, t
+    span = events[-1][0] - events[0][0]
+    if span <= 0:
+        return 0.0, 0.0, 0.0
+    return area / span, len(done) / span, sum(r.finish_s - r.arrival_s for r in done) / len(done)

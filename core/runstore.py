@@ -1,0 +1,127 @@
+"""Where runs live on disk: one directory per engine, a row per run, the records of each run.
+
+    results/<engine>/runs.jsonl, runs.csv     one summary row per run (metrics + provenance)
+    results/<engine>/<run_id>/requests.jsonl.gz  the run's RequestRecords
+    results/<engine>/<run_id>/passes.jsonl.gz    the run's PassRecords
+
+Nothing half-written is ever mistaken for a whole run: a closed run's records are written into
+a temporary directory that is renamed into place, and only then is its row appended; an open
+run (`OpenRunWriter`) appends its records as they happen and compresses the pass log when it
+ends, so an interrupted one stays readable up to the last record flushed. Readers skip and name
+what a crash left damaged (a row cut short, a truncated file) instead of failing on it.
+"""
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Iterable
+
+from core.records import PassRecord, RequestRecord, RowWriter, read_jsonl, to_dict, write_jsonl
+
+SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids name directories (and files fetched from a GPU machine): letters, digits, . _ -."""
+    if not SAFE_RUN_ID.match(run_id):
+        raise ValueError(f"run id {run_id!r} may hold only letters, digits, '.', '_' and '-'")
+    return run_id
+
+
+class RunStore:
+    """The runs of one engine under `root` (e.g. results/batched)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @property
+    def rows_path(self) -> Path:
+        return self.root / "runs.jsonl"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / check_run_id(run_id)
+
+    def write_run(self, run_id: str, passes: Iterable[PassRecord], requests: Iterable[RequestRecord],
+                  row: dict) -> None:
+        """A finished run: its records into <run_id>/ (complete, then renamed into place), then
+        its row appended to runs.jsonl and runs.csv."""
+        final = self.run_dir(run_id)
+        tmp = self.root / f".{run_id}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            write_jsonl(passes, tmp / "passes.jsonl.gz")
+            write_jsonl(requests, tmp / "requests.jsonl.gz")
+            if final.exists():
+                raise ValueError(f"{final} exists already: run ids must be unique")
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.append_row(row)
+
+    def append_row(self, row: dict) -> None:
+        with RowWriter(self.rows_path, self.root / "runs.csv") as w:
+            w.write(row)
+
+    def rows(self) -> list[dict]:
+        """Every complete row of runs.jsonl; a row a crash cut short is skipped with a warning."""
+        if not self.rows_path.exists():
+            return []
+        return list(read_jsonl(self.rows_path, on_damage=lambda m: warnings.warn(f"skipped: {m}")))
+
+    def passes(self, run_id: str) -> list[PassRecord]:
+        path = self._records(run_id, "passes")
+        return [PassRecord(**r) for r in read_jsonl(path, on_damage=lambda m: warnings.warn(f"cut short: {m}"))]
+
+    def requests(self, run_id: str) -> list[RequestRecord]:
+        path = self._records(run_id, "requests")
+        return [RequestRecord(**r) for r in read_jsonl(path, on_damage=lambda m: warnings.warn(f"cut short: {m}"))]
+
+    def _records(self, run_id: str, kind: str) -> Path:
+        d = self.run_dir(run_id)
+        for name in (f"{kind}.jsonl.gz", f"{kind}.jsonl"):
+            if (d / name).exists():
+                return d / name
+        raise FileNotFoundError(f"{d}: no {kind} records (run {run_id!r} is missing or was cut short)")
+
+
+class OpenRunWriter:
+    """The records of a run that is still going (an open run of the continuous engine): request
+    records appended as requests end, pass records in batches; `close` compresses both."""
+
+    def __init__(self, store: RunStore, run_id: str, flush_every: int = 256):
+        self.dir = store.run_dir(run_id)
+        if self.dir.exists():
+            raise ValueError(f"{self.dir} exists already: run ids must be unique")
+        self.requests = RowWriter(self.dir / "requests.jsonl")
+        self.passes = RowWriter(self.dir / "passes.jsonl")
+        self._pending: list[dict] = []
+        self.flush_every = flush_every
+
+    def request(self, record: RequestRecord) -> None:
+        self.requests.write(to_dict(record))
+
+    def pass_done(self, record: PassRecord) -> None:
+        self._pending.append(to_dict(record))
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self.passes.write_many(self._pending)
+            self._pending = []
+
+    def close(self) -> None:
+        """Flush, then replace each .jsonl by its .jsonl.gz (written whole, then renamed)."""
+        self.flush()
+        self.requests.close()
+        self.passes.close()
+        for name in ("passes", "requests"):
+            plain = self.dir / f"{name}.jsonl"
+            tmp = self.dir / f".{name}.jsonl.gz.partial"
+            with open(plain, "rb") as src, gzip.open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            tmp.replace(self.dir / f"{name}.jsonl.gz")
+            plain.unlink()
