@@ -55,6 +55,11 @@ class PassRecord:
         start_s: when the pass started, seconds since the run started.
         duration_s: how long the pass took, seconds.
         replica: which replica ran it (0 on a single engine).
+        mode: how the engine ran it, e.g. "graph" (a CUDA graph replay), "triton" (the fused
+            kernels launched one by one), "eager" (plain PyTorch); "" when not recorded.
+        padded_to: the batch size a CUDA graph ran it at (its rows past the real batch are
+            padding), 0 when not padded.
+        host_s: host time spent planning and launching the pass (the continuous engine).
     """
 
     run_id: str
@@ -66,6 +71,9 @@ class PassRecord:
     start_s: float
     duration_s: float
     replica: int = 0
+    mode: str = ""
+    padded_to: int = 0
+    host_s: float = 0.0
 
     @property
     def batch_size(self) -> int:
@@ -83,8 +91,9 @@ class PassRecord:
         """Build a record, deriving `kind` from the batch."""
         if len(new_tokens) != len(context_lens):
             raise ValueError(f"new_tokens has {len(new_tokens)} entries, context_lens {len(context_lens)}")
-        return cls(run_id, engine, step, pass_kind(new_tokens, context_lens), list(new_tokens),
-                   list(context_lens), start_s, duration_s, replica)
+        return cls(run_id=run_id, engine=engine, step=step, kind=pass_kind(new_tokens, context_lens),
+                   new_tokens=list(new_tokens), context_lens=list(context_lens), start_s=start_s,
+                   duration_s=duration_s, replica=replica)
 
 
 @dataclass(slots=True)

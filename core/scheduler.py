@@ -514,3 +514,28 @@ class DecodePriority(ContinuousBatching):
     def _decode_running(self) -> ScheduledPass | None:
         self.decodes_since_prefill += 1
         return super()._decode_running()
+
+
+POLICIES = {
+    "static": StaticBatching,
+    "continuous": ContinuousBatching,
+    "chunked": ChunkedPrefill,
+    "decode-priority": DecodePriority,
+}
+ORDERS = {"fcfs": None, "priority": by_priority, "spf": shortest_prompt_first}
+
+
+def make_scheduler(policy: str, kv: BlockPool, *, max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+                   max_model_len: int | None = None, order: str = "fcfs", preemption: str = "recompute",
+                   batch_size: int = 8, batch_timeout_s: float = 0.5, **kw) -> Scheduler:
+    """A scheduler by the names the command lines use (the simulator's and the engine's alike);
+    `max_num_batched_tokens` None keeps the policy's default."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; choose from {', '.join(ORDERS)}")
+    if policy == "static":
+        return StaticBatching(kv, batch_size, batch_timeout_s, max_model_len, ORDERS[order], preemption=preemption, **kw)
+    budget = {"max_num_batched_tokens": max_num_batched_tokens} if max_num_batched_tokens else {}
+    return POLICIES[policy](kv, max_num_seqs=max_num_seqs, max_model_len=max_model_len, order=ORDERS[order],
+                            preemption=preemption, **budget, **kw)

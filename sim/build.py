@@ -12,30 +12,18 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
-import numpy as np
-
 from core.config import get_preset
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import get_gpu
 from core.routers import ROUTERS, make_router
-from core.scheduler import (ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority,
-                            shortest_prompt_first)
+from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
 from sim.cost import CalibratedCost, parse_cost
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
 from traces.download import resolve_trace
-from traces.generate import poisson
 from traces.io import FORMATS, load_trace
+from traces.tools import shape_arrivals
 from traces.trace import Trace
-
-POLICIES = {
-    "static": StaticBatching,
-    "continuous": ContinuousBatching,
-    "chunked": ChunkedPrefill,
-    "decode-priority": DecodePriority,
-}
-ORDERS = {"fcfs": None, "priority": by_priority, "spf": shortest_prompt_first}
-
 
 def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None):
     """A RunSpec field that is also a command-line option: `help` and `choices` for --help,
@@ -88,6 +76,8 @@ class RunSpec:
                                axis=True, above=0)
     limit: int | None = option(None, "only the first N requests", type=int, low=1)
     seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int)
+    overlap: bool = option(False, "model the engine's overlap mode: each pass planned while the one before it "
+                                  "runs, so an arrival waits for one more pass", type=bool)
     # not command-line options: what a run keeps, and its name
     keep_token_times: bool = False
     log_passes: bool = False
@@ -152,22 +142,6 @@ def load_trace_file(path: str, fmt: str | None = None) -> Trace:
     return load_trace(resolve_trace(path), fmt=fmt)
 
 
-def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int) -> Trace:
-    """The trace's first `limit` requests, arriving either as a Poisson process at `rate` (seeded,
-    first at t = 0; the lengths keep their order) or at the trace's own times, sped up
-    `rate_scale` times."""
-    if limit is not None and limit < len(trace):
-        trace = trace.take(np.arange(limit))
-    if rate is not None:
-        arrival = poisson(rate, n=len(trace), seed=seed).arrival_s
-    elif rate_scale != 1.0:
-        arrival = (trace.arrival_s - (trace.arrival_s[0] if len(trace) else 0.0)) / rate_scale
-    else:
-        return trace
-    return Trace(arrival, trace.prompt_tokens, trace.output_tokens, trace.request_id, trace.priority,
-                 trace.block_hashes, trace.name)
-
-
 def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
     """Build everything `spec` describes and run it (`trace` replaces spec.trace when given)."""
     model = get_preset(spec.model)
@@ -183,25 +157,22 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
     max_model_len = spec.max_model_len or model.context_length
     kv_bytes = model.kv_bytes_per_token()
     swap_link = SwapLink(kv_bytes, spec.swap_gbs * 1e9) if spec.preemption == "swap" else None
-    order = ORDERS[spec.order]
 
     def kv() -> BlockPool:
         if spec.prefix_caching:
             return PrefixBlockPool(num_blocks, spec.block_size, spec.hash_block_tokens)
         return BlockPool(num_blocks, spec.block_size)
 
-    def make_scheduler():
-        cls = POLICIES[spec.policy]
-        if cls is StaticBatching:
-            return StaticBatching(kv(), spec.batch_size, spec.batch_timeout_s, max_model_len, order,
-                                  preemption=spec.preemption)
-        budget = {"max_num_batched_tokens": spec.max_num_batched_tokens} if spec.max_num_batched_tokens else {}
-        return cls(kv(), max_num_seqs=spec.max_num_seqs, max_model_len=max_model_len, order=order,
-                   preemption=spec.preemption, **budget)
+    def scheduler():
+        return make_scheduler(spec.policy, kv(), max_num_seqs=spec.max_num_seqs,
+                              max_num_batched_tokens=spec.max_num_batched_tokens, max_model_len=max_model_len,
+                              order=spec.order, preemption=spec.preemption, batch_size=spec.batch_size,
+                              batch_timeout_s=spec.batch_timeout_s)
 
     def make_decode_scheduler():
         return ChunkedPrefill(BlockPool(num_blocks, spec.block_size), spec.max_num_seqs,
-                              max(2048, spec.max_num_seqs), max_model_len, order, preemption=spec.preemption)
+                              max(2048, spec.max_num_seqs), max_model_len, ORDERS[spec.order],
+                              preemption=spec.preemption)
 
     if trace is None:
         trace = load_trace_file(spec.trace, spec.trace_format)
@@ -214,7 +185,7 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
         disaggregate = Disaggregation(prefill_replicas, decode_replicas, make_decode_scheduler,
                                       kv_bytes, spec.kv_link_gbs * 1e9, spec.kv_link_latency_ms / 1e3,
                                       make_router(spec.router, spec.seed + 1))
-    return simulate(trace, make_scheduler, cost, spec.replicas, make_router(spec.router, spec.seed),
+    return simulate(trace, scheduler, cost, spec.replicas, make_router(spec.router, spec.seed),
                     disaggregate=disaggregate, keep_token_times=spec.keep_token_times,
                     log_passes=spec.log_passes, fast_forward=spec.fast_forward, run_id=spec.run_id,
-                    swap_link=swap_link)
+                    swap_link=swap_link, overlap=spec.overlap)

@@ -25,6 +25,12 @@ from sim.cost import CostModel
 from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
 
 
+# Two instants this close are one: news that lands within TIE_S of a pass boundary is treated as
+# arriving at it, however the float rounding of the boundary went (stepping adds durations one by
+# one, fast-forward computes a run's boundaries in closed form).
+TIE_S = 1e-9
+
+
 def run_time(a: float, b: float, k: int) -> float:
     """Seconds for the first k passes of a run whose pass j takes a + b*j."""
     return a * k + b * (k * (k - 1) // 2)
@@ -43,8 +49,8 @@ def passes_started(a: float, b: float, elapsed: float, k: int) -> int:
     while j > 0 and t > elapsed:
         j -= 1
         t -= a + b * j
-    if t < elapsed:
-        j += 1  # a pass is in flight
+    if t < elapsed - TIE_S:
+        j += 1  # a pass is in flight (news within TIE_S of a boundary counts as at the boundary)
     return min(k, max(1, j))
 
 
@@ -76,15 +82,23 @@ class Replica:
     on_leave(seq, replica) is called for every sequence that leaves (finished, or handed off).
     pass_log, when a list, receives a PassRecord per pass (fast-forwarded ones included).
     swap_link prices the swaps of a scheduler that preempts by swapping.
+    overlap: the engine's overlap mode (`engine.continuous`), where each pass is planned while the
+        one before it runs: a request arriving during a pass is seen by the plan made at the end of
+        the next one (unless the replica would otherwise have nothing to run).
     """
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
                  on_leave: Callable[[Sequence, "Replica"], None] | None = None, *, fast_forward: bool = True,
-                 pass_log: list[PassRecord] | None = None, run_id: str = "sim", swap_link: SwapLink | None = None):
+                 pass_log: list[PassRecord] | None = None, run_id: str = "sim", swap_link: SwapLink | None = None,
+                 overlap: bool = False):
         if scheduler.swap and swap_link is None:
             raise ValueError("a scheduler that preempts by swapping needs a swap link to price the copies")
         self.env, self.index, self.scheduler, self.cost = env, index, scheduler, cost
         self.swap_link = swap_link
+        self.overlap = overlap
+        self.busy = False  # a pass (or a run of passes) is in flight
+        self.deferred: list[Sequence] = []  # overlap: arrived during a pass, not yet seen by the scheduler
+        self.last_start = 0.0  # when the last pass that ended had started
         self.on_leave = on_leave
         self.fast_forward = fast_forward
         self.pass_log = pass_log
@@ -101,10 +115,19 @@ class Replica:
     def add(self, seq: Sequence) -> str | None:
         """A request routed here: queued (and the loop told, if it could join now), or rejected
         with the reason returned."""
-        reason = self.scheduler.add(seq)
-        if reason is None and (self.run is None or admits_newcomers(self.scheduler)):
+        if self.overlap and self.busy:
+            reason = self.scheduler.check(seq)
+            if reason is not None:
+                seq.rejected = reason
+                return reason
+            self.deferred.append(seq)
+        else:
+            reason = self.scheduler.add(seq)
+            if reason is not None:
+                return reason
+        if self.run is None or admits_newcomers(self.scheduler):
             self.notify()
-        return reason
+        return None
 
     def notify(self) -> None:
         """Something changed outside the loop: plan again at the next pass boundary."""
@@ -118,7 +141,7 @@ class Replica:
     @property
     def num_outstanding(self) -> int:
         """Requests routed here and not finished (what routers balance)."""
-        return self.scheduler.num_outstanding
+        return self.scheduler.num_outstanding + len(self.deferred)
 
     @property
     def kv_load(self) -> float:
@@ -126,6 +149,7 @@ class Replica:
         cache (what the least-kv router balances)."""
         kv = self.scheduler.kv
         queued = sum(kv.blocks_for(s.num_tokens) for _, s in self.scheduler.waiting)
+        queued += sum(kv.blocks_for(s.num_tokens) for s in self.deferred)
         return (self.kv_used_blocks() + queued) / kv.num_blocks
 
     def kv_used_blocks(self) -> int:
@@ -145,15 +169,36 @@ class Replica:
     def loop(self):
         env, scheduler = self.env, self.scheduler
         while True:
+            if env.peek() - env.now <= TIE_S:  # let what happens at this very instant (an arrival) happen first
+                yield env.timeout(env.peek() - env.now)
+            if self.deferred:
+                self.release_deferred(self.last_start)
             plan = scheduler.schedule(env.now)
+            if plan is None and self.deferred:  # with nothing else to run, the engine plans again at once
+                self.release_deferred(env.now)
+                plan = scheduler.schedule(env.now)
             if plan is None:
+                self.busy = False
                 yield from self.idle(scheduler.next_wakeup)
                 continue
-            run = self.decode_run(plan) if self.fast_forward and is_steady(scheduler, plan) else None
+            self.busy = True
+            # (requests deferred now are seen at the end of the next pass: that pass goes alone)
+            run = self.decode_run(plan) if self.fast_forward and not self.deferred and is_steady(scheduler, plan) \
+                else None
             if run is None:
                 yield from self.one_pass(plan)
             else:
                 yield from self.decode_passes(plan, *run)
+
+    def release_deferred(self, seen_by: float) -> None:
+        """Hand the scheduler the deferred requests that arrived by `seen_by`."""
+        keep = []
+        for seq in self.deferred:
+            if seq.arrival_s <= seen_by + TIE_S:
+                self.scheduler.add(seq)
+            else:
+                keep.append(seq)
+        self.deferred = keep
 
     def idle(self, wake_at: float | None):
         """Nothing to run: sleep until news arrives (or until the scheduler's wake-up time)."""
@@ -176,6 +221,7 @@ class Replica:
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
         yield env.timeout(duration)
+        self.last_start = start
         self.num_steps += 1
         if self.pass_log is not None:
             self.pass_log.append(PassRecord.make(self.run_id, "sim", self.num_passes, plan.new_tokens,
@@ -201,13 +247,15 @@ class Replica:
         try:
             yield env.timeout(a * k + b * (k * (k - 1) // 2))  # run_time(a, b, k)
         except simpy.Interrupt:
-            k = passes_started(a, b, env.now - start, k)
+            # the news joins at the next boundary; with overlap the pass after it is planned already
+            k = min(k, passes_started(a, b, env.now - start, k) + self.overlap)
             self.run = (plan, start, a, b, k)
             end = start + run_time(a, b, k)
             if end > env.now:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
+        self.last_start = start + run_time(a, b, k - 1)
         self.num_steps += 1
         times = None
         if self.pass_log is not None or plan.seqs[0].token_times is not None:
@@ -217,8 +265,9 @@ class Replica:
             new = plan.new_tokens
             for j in range(k):
                 self.pass_log.append(PassRecord(
-                    self.run_id, "sim", self.num_passes + j, "decode", new,
-                    [c + j for c in plan.context_lens], start + run_time(a, b, j), a + b * j, self.index))
+                    run_id=self.run_id, engine="sim", step=self.num_passes + j, kind="decode", new_tokens=new,
+                    context_lens=[c + j for c in plan.context_lens], start_s=start + run_time(a, b, j),
+                    duration_s=a + b * j, replica=self.index))
         self.num_passes += k
         self.leave(apply_passes(self.scheduler, plan, k, start + a, env.now, times))
 

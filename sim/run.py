@@ -67,10 +67,11 @@ def arrivals(env: simpy.Environment, trace: Trace, cluster: Cluster, keep_token_
 def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostModel, replicas: int = 1,
              router=None, *, disaggregate: Disaggregation | None = None, keep_token_times: bool = False,
              log_passes: bool = False, fast_forward: bool = True, run_id: str = "sim",
-             swap_link: SwapLink | None = None) -> SimResult:
+             swap_link: SwapLink | None = None, overlap: bool = False) -> SimResult:
     """Replay `trace` on `replicas` replicas (each with a fresh `make_scheduler()`) behind
     `router` (round robin by default), or on prefill and decode replicas when `disaggregate`.
-    `swap_link` prices the copies of schedulers that preempt by swapping."""
+    `swap_link` prices the copies of schedulers that preempt by swapping; `overlap` models the
+    engine planning each pass while the one before it runs (see `sim.replica.Replica`)."""
     trace.check_arrivals()
     wall = time.perf_counter()
     env = simpy.Environment()
@@ -78,7 +79,7 @@ def simulate(trace: Trace, make_scheduler: Callable[[], Scheduler], cost: CostMo
 
     def replica(index: int, scheduler: Scheduler) -> Replica:
         return Replica(env, index, scheduler, cost, fast_forward=fast_forward, pass_log=log, run_id=run_id,
-                       swap_link=swap_link)
+                       swap_link=swap_link, overlap=overlap)
 
     router = router if router is not None else RoundRobin()
     if disaggregate is None:

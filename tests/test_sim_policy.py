@@ -207,3 +207,17 @@ def test_a_swap_names_the_blocks_to_copy_out_and_back_in():
     (out_seq, out_ids, out_tokens), = outs
     (in_seq, in_ids, in_tokens), = ins
     assert out_seq is in_seq is b and out_tokens == in_tokens == 4 and len(out_ids) == len(in_ids) == 2
+
+
+def test_with_overlap_an_arrival_waits_for_the_pass_already_planned():
+    # A decodes from t=1; B arrives at 1.5, during A's pass [1, 2]. Without overlap B's prompt runs
+    # at the boundary t=2. With overlap the pass [2, 3] was planned while [1, 2] ran (B not there
+    # yet), so B's prompt runs at t=3.
+    tr = trace_of([(0, 4, 5), (1.5, 2, 1)])
+    plain = checked_run(tr, lambda: ContinuousBatching(big_kv()), ONE)
+    assert token_times(plain) == {"0": [1, 2, 4, 5, 6], "1": [3]}
+    overlap = checked_run(tr, lambda: ContinuousBatching(big_kv()), ONE, overlap=True)
+    assert token_times(overlap) == {"0": [1, 2, 3, 5, 6], "1": [4]}
+    # an idle engine plans at once: an arrival with nothing running waits for no one
+    lone = checked_run(trace_of([(0, 4, 2), (5.5, 2, 1)]), lambda: ContinuousBatching(big_kv()), ONE, overlap=True)
+    assert token_times(lone) == {"0": [1, 2], "1": [6.5]}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from traces.generate import poisson
 from traces.trace import Trace
 
 
@@ -84,3 +85,19 @@ def summary(trace: Trace) -> dict[str, float | int | str]:
                   f"{label}_max": int(tokens.max()) if len(trace) else 0}
     stats |= {f"note_{key}": value for key, value in trace.notes.items()}
     return stats
+
+
+def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int) -> Trace:
+    """The trace's first `limit` requests, arriving either as a Poisson process at `rate` (seeded,
+    first at t = 0; the lengths keep their order) or at the trace's own times, sped up
+    `rate_scale` times."""
+    if limit is not None and limit < len(trace):
+        trace = trace.take(np.arange(limit))
+    if rate is not None:
+        arrival = poisson(rate, n=len(trace), seed=seed).arrival_s
+    elif rate_scale != 1.0:
+        arrival = (trace.arrival_s - (trace.arrival_s[0] if len(trace) else 0.0)) / rate_scale
+    else:
+        return trace
+    return Trace(arrival, trace.prompt_tokens, trace.output_tokens, trace.request_id, trace.priority,
+                 trace.block_hashes, trace.name)
