@@ -45,7 +45,8 @@ class RunSpec:
     cost: str = option("roofline:h200", "roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
                                         "constant:SECONDS, or a calibration JSON (see sim/cost.py)", type=str)
     model: str = option("qwen2.5-1.5b", "model preset; a calibration file must match it", type=str)
-    gpu: str = option("h200", "GPU preset sizing the KV cache when --cost names no GPU", type=str)
+    gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
+                             type=str)
     overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0)
     replicas: int = option(1, "replicas behind the router", type=int, axis=True, low=1)
     router: str = option("round-robin", "how arriving requests pick a replica", type=str, choices=tuple(ROUTERS))
@@ -146,7 +147,10 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
     """Build everything `spec` describes and run it (`trace` replaces spec.trace when given)."""
     model = get_preset(spec.model)
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
-    gpu = gpu_preset or get_gpu(spec.gpu)
+    if spec.gpu is not None and gpu_preset is not None and get_gpu(spec.gpu).name != gpu_preset.name:
+        raise ValueError(f"--gpu {spec.gpu} but --cost {spec.cost} times passes on {gpu_preset.name}; drop --gpu, or "
+                         f"project a calibration with --cost calibrated:NAME@{spec.gpu}")
+    gpu = gpu_preset or get_gpu(spec.gpu or "h200")
     free_gib = spec.kv_gib
     if free_gib is None and isinstance(cost, CalibratedCost):
         free_gib = cost.free_gib

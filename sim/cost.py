@@ -14,45 +14,26 @@ One interface, no base class to inherit:
 Implementations:
 - `RooflineCost`: the engine's roofline numbers: max(bytes / bandwidth, FLOPs / peak) plus a
   fixed per-pass overhead.
-- `CalibratedCost`: a linear model fitted on measured PassRecords, read from a JSON file.
+- `CalibratedCost`: the engine's measured pass times, as a hardware-grounded model fitted on
+  passes timed on the GPU (`calibrate/`), read from a JSON file; `calibrated:h200` names the
+  committed one.
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
 
-Calibration file (format "llm-sim-cost/v1"):
-
-    {
-      "format": "llm-sim-cost/v1",
-      "model": "qwen2.5-1.5b",          # the ModelConfig preset it was measured with
-      "gpu": "NVIDIA H200",             # free text, for reports
-      "dtype": "float16",
-      "free_gib": 120.5,                # optional: memory free for the KV cache after loading
-      "decode":  {"coef": [c0, c1, c2, c3, c4], "floor_s": 0.0008},
-      "prefill": {"coef": [c0, c1, c2, c3, c4], "floor_s": 0.0008},
-      "fit": {"passes": 5210, "mape": 0.031, ...}   # optional, free-form: how it was fitted
-    }
-
-A pass's time is max(floor_s, coef . x) with the features
-
-    x = [1, batch_size, num_tokens, context_sum, attention]
-        batch_size  = len(new_tokens)            num_tokens  = sum(new_tokens)
-        context_sum = sum(context_lens)          attention   = sum(n * (c + n))
-
-using "decode" for decode passes (every sequence 1 new token on a non-empty cache, as
-`core.records.pass_kind` says) and "prefill" for prefill and mixed passes. Fit each with least
-squares on PassRecords of its kind (`pass_features` gives x); floor_s (> 0) guards the fit's
-low end, e.g. the fastest pass measured.
+Calibration file (format "llm-sim-cost/v2", written by `python -m calibrate fit` from passes
+timed on the real engine; `CalibratedCost` documents the form and its parameters).
 """
 from __future__ import annotations
 
+import copy
 import json
+import math
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from core.config import ModelConfig, get_preset
-from core.records import pass_kind
 from core.roofline import GPUSpec, get_gpu
 
-FORMAT = "llm-sim-cost/v1"
-FEATURES = ("1", "batch_size", "num_tokens", "context_sum", "attention")
+FORMAT = "llm-sim-cost/v2"
 ALWAYS = 1 << 62  # "valid for every pass of any run"
 
 
@@ -60,12 +41,6 @@ class CostModel(Protocol):
     def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float: ...
 
     def decode_line(self, batch_size: int, context_sum: int) -> tuple[float, float, int] | None: ...
-
-
-def pass_features(new_tokens: Sequence[int], context_lens: Sequence[int]) -> list[float]:
-    """The calibrated model's features of one pass: [1, batch_size, num_tokens, context_sum, attention]."""
-    return [1.0, len(new_tokens), sum(new_tokens), sum(context_lens),
-            sum(n * (c + n) for n, c in zip(new_tokens, context_lens))]
 
 
 def _upper_line(a0: float, a1: float, b0: float, b1: float) -> tuple[float, float, int]:
@@ -119,62 +94,140 @@ class RooflineCost:
         return self.overhead_s + a, slope, valid
 
 
+REGIMES = ("decode1", "decode", "prefill")
+PARAMETERS = {  # name: (unit in the file, what it is)
+    "launch_s": ("s", "fixed time of a pass: launches, synchronisation, small kernels"),
+    "weight_gbs": ("GB/s", "rate at which the pass reads the weights"),
+    "matmul_tflops": ("TFLOP/s", "rate of the projections once the tokens make them compute-bound"),
+    "kv_gbs": ("GB/s", "rate at which attention reads the KV cache"),
+    "attention_tflops": ("TFLOP/s", "rate of attention's arithmetic (long prompts)"),
+    "per_seq_s": ("s", "time per sequence in the pass"),
+}
+
+
+def bucket(batch: int, buckets: Sequence[int]) -> int:
+    """The padded batch a CUDA graph runs `batch` rows at: the smallest bucket that holds them
+    (the batch itself past the largest bucket, run without a graph)."""
+    for b in buckets:
+        if b >= batch:
+            return b
+    return batch
+
+
 class CalibratedCost:
-    """max(floor_s, coef . features), one linear model for decode passes and one for the rest,
-    fitted on measured passes (see the module docstring for the file format)."""
+    """The continuous engine's pass time, fitted on passes timed on a GPU (`calibrate/`).
 
-    def __init__(self, decode: dict, prefill: dict, model: str = "", gpu: str = "", free_gib: float | None = None,
-                 source: str = "calibration"):
-        self.model, self.gpu, self.free_gib, self.source = model, gpu, free_gib, source
-        self.decode_coef, self.decode_floor = self._part(decode, "decode")
-        self.prefill_coef, self.prefill_floor = self._part(prefill, "prefill")
+    Each pass falls in a regime: `decode1` (one sequence decoding: the fused batch-1 kernels),
+    `decode` (every sequence decodes: a CUDA graph at the padded batch `bucket(S)`), `prefill`
+    (anything else: prompts, chunks, mixed passes, launched kernel by kernel). In each
 
-    def _part(self, part: dict, name: str) -> tuple[list[float], float]:
-        if not isinstance(part, dict) or "coef" not in part:
-            raise ValueError(f"{self.source}: {name!r} must be an object with 'coef' and 'floor_s'")
-        coef = part["coef"]
-        if not (isinstance(coef, list) and len(coef) == len(FEATURES)
-                and all(isinstance(v, (int, float)) for v in coef)):
-            raise ValueError(f"{self.source}: {name}.coef must be {len(FEATURES)} numbers, one per "
-                             f"feature {list(FEATURES)}; got {coef!r}")
-        floor = part.get("floor_s")
-        if not isinstance(floor, (int, float)) or floor <= 0:
-            raise ValueError(f"{self.source}: {name}.floor_s must be a positive number of seconds, got {floor!r}")
-        return [float(v) for v in coef], float(floor)
+        t = launch_s + max(weights / weight_gbs, M * matmul_flops / matmul_tflops)
+              + kv_read * kv_bytes / kv_gbs + attention_pairs * attention_flops / attention_tflops
+              + S * per_seq_s
+
+    M: tokens through the projections (the padded batch for `decode`, 1 for `decode1`, the
+    tokens of the pass for `prefill`); kv_read: positions of cache attended (sum of context +
+    new tokens); attention_pairs: query-key pairs (causal within a chunk); S: sequences. The
+    constants (weight bytes, FLOPs per token, KV bytes per token, attention FLOPs per pair) come
+    from the model's shape; the parameters, per regime, from the fit. A parameter of 0 (or
+    absent) drops its term.
+    """
+
+    def __init__(self, d: dict, source: str = "calibration"):
+        self.source = source
+        self.model, self.gpu = d["model"], d.get("gpu", "")
+        self.free_gib, self.kv_blocks = d.get("free_gib"), d.get("kv_blocks")
+        self.buckets = sorted(int(b) for b in d.get("graph_buckets", []))
+        c = d["constants"]
+        self.weight_bytes, self.flops_per_token = float(c["weight_bytes"]), float(c["flops_per_token"])
+        self.kv_bytes, self.pair_flops = float(c["kv_bytes_per_token"]), float(c["attention_flops_per_pair"])
+        self.params = {r: self._regime(d["parameters"], r) for r in REGIMES}
+
+    def _regime(self, params: dict, regime: str) -> tuple[float, ...]:
+        part = params.get(regime)
+        if not isinstance(part, dict):
+            raise ValueError(f"{self.source}: parameters.{regime} must be an object of {list(PARAMETERS)}")
+        values = []
+        for name in PARAMETERS:
+            v = part.get(name, 0.0)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{self.source}: parameters.{regime}.{name} must be a finite number >= 0, got {v!r}")
+            values.append(float(v))
+        return tuple(values)
+
+    @staticmethod
+    def regime(new_tokens: Sequence[int], context_lens: Sequence[int] = ()) -> str:
+        if all(n == 1 for n in new_tokens):
+            return "decode1" if len(new_tokens) == 1 else "decode"
+        return "prefill"
+
+    def terms(self, regime: str, m: int, kv_read: float, pairs: float, seqs: int) -> list[float]:
+        """The model's terms for one pass, seconds: launch, weights or matmuls, KV, attention, sequences."""
+        launch, wgbs, tflops, kvgbs, atflops, per_seq = self.params[regime]
+        weights = self.weight_bytes / (wgbs * 1e9) if wgbs else 0.0
+        matmul = m * self.flops_per_token / (tflops * 1e12) if tflops else 0.0
+        return [launch, max(weights, matmul), kv_read * self.kv_bytes / (kvgbs * 1e9) if kvgbs else 0.0,
+                pairs * self.pair_flops / (atflops * 1e12) if atflops else 0.0, seqs * per_seq]
+
+    def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
+        regime = self.regime(new_tokens)
+        seqs = len(new_tokens)
+        kv_read = pairs = 0
+        for n, c in zip(new_tokens, context_lens):
+            kv_read += c + n
+            pairs += n * (2 * c + n + 1)  # twice the causal query-key pairs
+        m = seqs if regime != "prefill" else sum(new_tokens)
+        if regime == "decode":
+            m = bucket(seqs, self.buckets)
+        return sum(self.terms(regime, m, kv_read, pairs / 2, seqs))
+
+    def decode_line(self, batch_size: int, context_sum: int) -> tuple[float, float, int]:
+        regime = "decode1" if batch_size == 1 else "decode"
+        m = 1 if batch_size == 1 else bucket(batch_size, self.buckets)
+        a = sum(self.terms(regime, m, context_sum + batch_size, context_sum + batch_size, batch_size))
+        slope = sum(self.terms(regime, m, batch_size, batch_size, 0)) - sum(self.terms(regime, m, 0, 0, 0))
+        return a, slope, ALWAYS
+
+    def projected(self, gpu: GPUSpec, measured_on: GPUSpec) -> "CalibratedCost":
+        """This model moved to another GPU by the ratio of the two cards' bandwidths (weights, KV)
+        and arithmetic rates (matmuls, attention); fixed costs (launch, per sequence) stay. A
+        projection, not a measurement: `calibrate fit` reports how far the roofline alone is
+        from the measured card, the size of error to expect."""
+        bw, fl = gpu.bandwidth_gbs / measured_on.bandwidth_gbs, gpu.fp16_tflops / measured_on.fp16_tflops
+        out = copy.copy(self)
+        out.params = {r: (p[0], p[1] * bw, p[2] * fl, p[3] * bw, p[4] * fl, p[5]) for r, p in self.params.items()}
+        out.gpu, out.free_gib, out.kv_blocks = f"{gpu.name} (projected from {self.gpu})", None, None
+        return out
 
     @classmethod
     def from_json(cls, path: str | Path, model: str | None = None) -> "CalibratedCost":
         """Load a calibration file; `model`, when given, must be the model it was measured with."""
         path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"cost model file {path} is a directory")
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(path.read_text(), parse_constant=_refuse_constant)
         except FileNotFoundError:
             raise ValueError(f"cost model file {path} does not exist") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"{path}: expected a calibration file with \"format\": \"{FORMAT}\", got {got!r}")
-        for key in ("model", "decode", "prefill"):
+        for key in ("model", "constants", "parameters"):
             if key not in d:
                 raise ValueError(f"{path}: missing {key!r}")
         if model is not None and d["model"] != model:
             raise ValueError(f"{path} is a cost model for {d['model']!r}, but this run simulates {model!r}; "
                              f"calibrate for {model!r} or pass --model {d['model']}")
-        return cls(d["decode"], d["prefill"], d["model"], d.get("gpu", ""), d.get("free_gib"), str(path))
+        try:
+            return cls(d, str(path))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
-    def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
-        x = pass_features(new_tokens, context_lens)
-        decode = pass_kind(new_tokens, context_lens) == "decode"
-        coef, floor = (self.decode_coef, self.decode_floor) if decode else (self.prefill_coef, self.prefill_floor)
-        return max(floor, sum(w * v for w, v in zip(coef, x)))
 
-    def decode_line(self, batch_size: int, context_sum: int) -> tuple[float, float, int]:
-        c0, c1, c2, c3, c4 = self.decode_coef
-        b = batch_size
-        # decode: num_tokens = b, attention = context_sum + b, and the context grows b per pass
-        a = c0 + (c1 + c2 + c4) * b + (c3 + c4) * context_sum
-        return _upper_line(a, (c3 + c4) * b, self.decode_floor, 0.0)
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number a cost model can use")
 
 
 class ConstantCost:
@@ -217,19 +270,55 @@ class TableCost:
         return self.time_for(batch_size), 0.0, ALWAYS
 
 
+CALIBRATIONS = Path(__file__).resolve().parents[1] / "results" / "calibration"
+
+
 def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4) -> tuple[CostModel, GPUSpec | None]:
-    """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline),
-    "constant:SECONDS", or the path of a calibration JSON for `model`. Returns it and the GPU
-    preset it names (None for the others)."""
+    """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline), "constant:SECONDS",
+    "calibrated:NAME" (results/calibration/NAME.json, e.g. calibrated:h200), "calibrated:NAME@GPU"
+    (that calibration projected to another GPU preset), or the path of a calibration JSON for
+    `model`. Returns it and the GPU preset it stands for (None when it names none)."""
     kind, sep, arg = spec.partition(":")
     if kind == "roofline" and sep:
         gpu = get_gpu(arg)
         return RooflineCost(get_preset(model), gpu, overhead_s), gpu
     if kind == "constant" and sep:
         try:
-            return ConstantCost(float(arg)), None
-        except ValueError as e:
-            raise ValueError(f"cost {spec!r}: {e}") from None
+            seconds = float(arg)
+        except ValueError:
+            raise ValueError(f"--cost {spec!r}: {arg!r} is not a number of seconds") from None
+        if not math.isfinite(seconds):
+            raise ValueError(f"--cost {spec!r}: a pass must take a finite time")
+        return ConstantCost(seconds), None
+    if kind == "calibrated" and sep:
+        name, at, target = arg.partition("@")
+        path = CALIBRATIONS / f"{name}.json"
+        if not path.exists():
+            known = ", ".join(sorted(p.stem for p in CALIBRATIONS.glob("*.json"))) or "none"
+            raise ValueError(f"--cost {spec!r}: no calibration named {name!r} (known: {known})")
+        cost = CalibratedCost.from_json(path, model)
+        measured_on = _gpu_preset_of(cost.gpu)
+        if not at:
+            return cost, measured_on
+        gpu = get_gpu(target)
+        if measured_on is None:
+            raise ValueError(f"--cost {spec!r}: {path} was measured on {cost.gpu!r}, which no GPU preset "
+                             f"describes; it cannot be projected")
+        return cost.projected(gpu, measured_on), gpu
     if spec.endswith(".json") or Path(spec).exists():
-        return CalibratedCost.from_json(spec, model), None
-    raise ValueError(f"cost {spec!r}: expected roofline:GPU, constant:SECONDS or a calibration .json file")
+        cost = CalibratedCost.from_json(spec, model)
+        return cost, _gpu_preset_of(cost.gpu)
+    raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
+                     f"calibration .json file")
+
+
+def _gpu_preset_of(name: str) -> GPUSpec | None:
+    """The measured preset of a GPU named as torch names it ("NVIDIA H200"), if there is one."""
+    from core.roofline import GPUS
+    for spec in GPUS.values():
+        if spec.name == name and spec.source.startswith("measured"):
+            return spec
+    for spec in GPUS.values():
+        if spec.name == name:
+            return spec
+    return None

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from sim.__main__ import main
-from sim.cost import FORMAT
+
 from core.records import read_pass_records, read_request_records
 
 
@@ -51,12 +51,13 @@ def test_replications_report_confidence_intervals(trace_csv, capsys):
 
 def test_run_with_a_calibration_file(trace_csv, tmp_path, capsys):
     cal = tmp_path / "h200.json"
-    cal.write_text(json.dumps({"format": FORMAT, "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "free_gib": 10,
-                               "decode": {"coef": [1e-3, 1e-5, 0, 1e-9, 0], "floor_s": 1e-3},
-                               "prefill": {"coef": [1e-3, 0, 3e-6, 0, 0], "floor_s": 1e-3}}))
+    from test_sim_cost import calibration
+    cal.write_text(json.dumps(calibration(free_gib=10)))
     assert main(["run", "--trace", str(trace_csv), "--cost", str(cal)]) == 0
     assert main(["run", "--trace", str(trace_csv), "--cost", str(cal), "--model", "tiny"]) == 2
     assert "cost model for 'qwen2.5-1.5b', but this run simulates 'tiny'" in capsys.readouterr().err
+    assert main(["run", "--trace", str(trace_csv), "--cost", str(cal), "--gpu", "a10"]) == 2
+    assert "times passes on NVIDIA H200; drop --gpu" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [

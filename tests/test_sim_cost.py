@@ -7,9 +7,23 @@ import pytest
 
 from core.config import get_preset
 from core.roofline import get_gpu
-from sim.cost import FORMAT, CalibratedCost, ConstantCost, RooflineCost, TableCost, parse_cost, pass_features
+from sim.cost import FORMAT, CalibratedCost, ConstantCost, RooflineCost, TableCost, bucket, parse_cost
 
 MODEL, H200 = get_preset("qwen2.5-1.5b"), get_gpu("h200")
+
+
+def calibration(**changes):
+    """A calibration file's contents (the v2 form), with `changes`."""
+    regime = {"launch_s": 1e-4, "weight_gbs": 2000.0, "matmul_tflops": 500.0, "kv_gbs": 2400.0,
+              "attention_tflops": 300.0, "per_seq_s": 2e-6}
+    d = {"format": FORMAT, "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "dtype": "float16",
+         "graph_buckets": [1, 2, 4, 8, 16, 24, 32],
+         "constants": {"weight_bytes": MODEL.weight_bytes_read_per_pass(), "flops_per_token": MODEL.flops_per_token(0),
+                       "kv_bytes_per_token": MODEL.kv_bytes_per_token(),
+                       "attention_flops_per_pair": MODEL.flops_per_token(1) - MODEL.flops_per_token(0)},
+         "parameters": {"decode1": dict(regime, weight_gbs=2800.0), "decode": regime, "prefill": dict(regime, launch_s=1e-3)}}
+    d.update(changes)
+    return d
 
 
 def test_roofline_decode_is_memory_bound_and_a_long_prefill_compute_bound():
@@ -25,8 +39,9 @@ def test_roofline_decode_is_memory_bound_and_a_long_prefill_compute_bound():
 @pytest.mark.parametrize("cost", [
     RooflineCost(MODEL, H200),
     RooflineCost(MODEL, get_gpu("a10"), overhead_s=0),
-    CalibratedCost({"coef": [1e-4, 2e-5, 3e-7, 4e-9, 5e-10], "floor_s": 2e-3}, {"coef": [0] * 5, "floor_s": 1e-3}),
-    CalibratedCost({"coef": [3e-3, 1e-5, 1e-6, -2e-9, 1e-10], "floor_s": 2e-3}, {"coef": [0] * 5, "floor_s": 1e-3}),
+    CalibratedCost(calibration()),
+    CalibratedCost(calibration(parameters={r: {"launch_s": 2e-4, "weight_gbs": 1800.0, "matmul_tflops": 600.0,
+                                               "kv_gbs": 2500.0} for r in ("decode1", "decode", "prefill")})),
     ConstantCost(0.01), TableCost({1: 0.001, 64: 0.002, 256: 0.004}),
 ])
 def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
@@ -41,33 +56,43 @@ def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
             assert a + slope * valid < cost.pass_time([1] * b, (ctx + valid).tolist()) * (1 - 1e-12)
 
 
-def calibration(**changes):
-    d = {"format": FORMAT, "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "dtype": "float16",
-         "decode": {"coef": [8e-4, 1e-5, 0, 1e-9, 0], "floor_s": 5e-4},
-         "prefill": {"coef": [1e-3, 0, 2e-6, 0, 1e-11], "floor_s": 1e-3},
-         "fit": {"passes": 100, "mape": 0.03}}
-    d.update(changes)
-    return d
-
-
 def test_a_calibration_file_is_read_and_applied(tmp_path):
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(calibration(free_gib=100.0)))
     cost = CalibratedCost.from_json(path, model="qwen2.5-1.5b")
     assert cost.free_gib == 100.0
-    assert cost.pass_time([1, 1], [100, 300]) == pytest.approx(8e-4 + 2e-5 + 400e-9)  # decode model
-    x = pass_features([512, 1], [0, 100])  # mixed: the prefill model
-    assert x == [1, 2, 513, 100, 512 * 512 + 101]
-    assert cost.pass_time([512, 1], [0, 100]) == pytest.approx(1e-3 + 513 * 2e-6 + x[4] * 1e-11)
-    assert cost.pass_time([1], [1]) == 8e-4 + 1e-5 + 1e-9  # above its floor
-    assert parse_cost(str(path))[0].decode_coef == cost.decode_coef
+    w, kv, pair = MODEL.weight_bytes_read_per_pass(), MODEL.kv_bytes_per_token(), cost.pair_flops
+    # one sequence decoding: the batch-1 regime, its own weight rate
+    assert cost.pass_time([1], [99]) == pytest.approx(1e-4 + w / 2800e9 + 100 * kv / 2400e9 + 100 * pair / 300e12 + 2e-6)
+    # three decoding: a graph at the padded batch of 4, memory-bound
+    assert bucket(3, cost.buckets) == 4 and bucket(40, cost.buckets) == 40
+    assert cost.pass_time([1, 1, 1], [10, 20, 30]) == pytest.approx(
+        1e-4 + w / 2000e9 + 63 * kv / 2400e9 + 63 * pair / 300e12 + 6e-6)
+    # a prompt beside a decode: the prefill regime, 513 tokens through the projections, compute-bound
+    matmul = 513 * MODEL.flops_per_token(0) / 500e12
+    assert matmul > w / 2000e9
+    pairs = 512 * 513 / 2 + 101
+    assert cost.pass_time([512, 1], [0, 100]) == pytest.approx(
+        1e-3 + matmul + (512 + 101) * kv / 2400e9 + pairs * pair / 300e12 + 4e-6)
+    assert parse_cost(str(path))[0].params == cost.params
+
+
+def test_a_calibration_projects_to_another_gpu_by_its_bandwidth_and_arithmetic(tmp_path):
+    cost = CalibratedCost(calibration())
+    a10 = cost.projected(get_gpu("a10"), H200)
+    assert a10.params["decode"][0] == cost.params["decode"][0]  # launches stay
+    assert a10.params["decode"][1] == pytest.approx(2000.0 * 600 / 4150)  # weights: by bandwidth
+    assert a10.params["prefill"][2] == pytest.approx(500.0 * 125 / 760)  # matmuls: by arithmetic
+    assert a10.pass_time([1], [100]) > 4 * cost.pass_time([1], [100])
 
 
 @pytest.mark.parametrize("changes, message", [
     ({"model": "llama-3-8b"}, "cost model for 'llama-3-8b', but this run simulates 'qwen2.5-1.5b'"),
-    ({"format": "something/v0"}, "llm-sim-cost/v1"),
-    ({"decode": {"coef": [1, 2, 3], "floor_s": 1e-3}}, "decode.coef must be 5 numbers"),
-    ({"prefill": {"coef": [0] * 5}}, "prefill.floor_s must be a positive number"),
+    ({"format": "something/v0"}, "llm-sim-cost/v2"),
+    ({"parameters": {"decode1": {}, "decode": {}, "prefill": {"kv_gbs": "fast"}}}, "prefill.kv_gbs must be a finite number"),
+    ({"parameters": {"decode1": {}, "decode": {}, "prefill": {"launch_s": -1}}}, "prefill.launch_s must be"),
+    ({"parameters": {"decode": {}}}, "parameters.decode1 must be an object"),
+    ({"constants": {}}, "weight_bytes"),
 ])
 def test_a_bad_or_foreign_calibration_file_is_a_clear_error(tmp_path, changes, message):
     path = tmp_path / "c.json"
@@ -86,6 +111,12 @@ def test_cost_specs_from_the_command_line():
         parse_cost("magic")
     with pytest.raises(ValueError, match="does not exist"):
         parse_cost("missing.json")
+    with pytest.raises(ValueError, match="no calibration named 'tpu'"):
+        parse_cost("calibrated:tpu")
+    with pytest.raises(ValueError, match="finite"):
+        parse_cost("constant:nan")
+    with pytest.raises(ValueError, match="not a number"):
+        parse_cost("constant:fast")
     with pytest.raises(ValueError, match="unknown model preset"):
         parse_cost("roofline:h200", model="gpt-5")
 
@@ -94,3 +125,12 @@ def test_table_cost_interpolates_by_token_count():
     t = TableCost({1: 0.001, 101: 0.003})
     assert t.pass_time([1] * 51, [5] * 51) == pytest.approx(0.002)
     assert t.pass_time([500], [0]) == 0.003 and t.pass_time([1], [0]) == 0.001
+
+
+def test_nan_or_infinity_in_a_calibration_file_is_refused(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(calibration()).replace("2400.0", "NaN"))
+    with pytest.raises(ValueError, match="NaN is not a number"):
+        CalibratedCost.from_json(path)
+    with pytest.raises(ValueError, match="is a directory"):
+        CalibratedCost.from_json(tmp_path)

@@ -19,9 +19,15 @@ from traces.trace import Trace
 
 MODEL = get_preset("qwen2.5-1.5b")
 ROOFLINE = RooflineCost(MODEL, get_gpu("h200"))
-# a calibrated-form model whose floor takes over for small batches
-CALIBRATED = CalibratedCost({"coef": [2e-4, 3e-5, 1e-6, 2e-8, 1e-9], "floor_s": 9e-4},
-                            {"coef": [5e-4, 0, 2e-6, 1e-8, 1e-10], "floor_s": 1e-3})
+# a calibrated model whose padded graph buckets and compute-bound matmuls take over in big batches
+_REGIME = {"launch_s": 2e-4, "weight_gbs": 1800.0, "matmul_tflops": 200.0, "kv_gbs": 2500.0,
+           "attention_tflops": 300.0, "per_seq_s": 3e-6}
+CALIBRATED = CalibratedCost({
+    "model": "qwen2.5-1.5b", "graph_buckets": [1, 2, 4, 8, 16, 24, 32, 64],
+    "constants": {"weight_bytes": MODEL.weight_bytes_read_per_pass(), "flops_per_token": MODEL.flops_per_token(0),
+                  "kv_bytes_per_token": MODEL.kv_bytes_per_token(),
+                  "attention_flops_per_pair": MODEL.flops_per_token(1) - MODEL.flops_per_token(0)},
+    "parameters": {"decode1": _REGIME, "decode": _REGIME, "prefill": dict(_REGIME, launch_s=1e-3)}})
 
 
 def random_trace(seed: int, n: int = 120, rate: float = 40.0, hashes: bool = False) -> Trace:
