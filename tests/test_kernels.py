@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")
 from engine.kernels import gemv as G  # noqa: E402
-from engine.kernels.attention import DecodeAttention  # noqa: E402
-from engine.kernels.elementwise import rmsnorm, rope_and_cache, silu_mul  # noqa: E402
+from engine.kernels.attention import DecodeAttention, PagedDecodeAttention  # noqa: E402
+from engine.kernels.elementwise import rmsnorm, rope_and_cache, rope_and_paged_cache, silu_mul  # noqa: E402
+from engine.kernels.prefill_attention import chunk_attention  # noqa: E402
 from engine.model import RMSNorm, Rotary  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,6 +27,42 @@ def rel(a, b):
 
 def poisoned(*shape, dtype=torch.float16):
     return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+def paged_cache(lens, kv_heads, D, block_size, dtype, spare=3):
+    """Random keys and values of sequences of `lens` positions ([n, kv_heads, D] each) and a paged
+    cache holding them: blocks handed out shuffled, so no sequence's blocks are contiguous, and
+    NaN in every slot no sequence owns (`spare` unallocated blocks, the tail of each last block),
+    which the block tables' unused entries point at. A kernel that reads anything it should not
+    gets NaN."""
+    need = [math.ceil(n / block_size) for n in lens]
+    total = sum(need) + spare
+    ids = torch.randperm(total)
+    kc = poisoned(total, block_size, kv_heads, D, dtype=dtype)
+    vc = poisoned(total, block_size, kv_heads, D, dtype=dtype)
+    tables = torch.full((len(lens), max(need) + 1), int(ids[-1]), dtype=torch.int32)
+    keys, values, taken = [], [], 0
+    for s, n in enumerate(lens):
+        tables[s, :need[s]] = ids[taken:taken + need[s]]
+        taken += need[s]
+        k = torch.randn(n, kv_heads, D, dtype=dtype, device=DEVICE)
+        v = torch.randn(n, kv_heads, D, dtype=dtype, device=DEVICE)
+        slots = (tables[s, torch.arange(n) // block_size].long() * block_size + torch.arange(n) % block_size).to(DEVICE)
+        kc.view(-1, kv_heads, D)[slots] = k
+        vc.view(-1, kv_heads, D)[slots] = v
+        keys.append(k)
+        values.append(v)
+    return kc, vc, tables.to(DEVICE), keys, values
+
+
+def reference_attention(q, k, v, context):
+    """Eager attention of q [T, heads, D] at positions context..context+T-1 over k, v [n, kv_heads, D]
+    (positions 0..n-1), causal, each kv head shared by its group of query heads: [T, heads, D]."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.transpose(0, 1).repeat_interleave(group, 0).float() for x in (k, v))
+    positions = context + torch.arange(q.shape[0], device=q.device)
+    visible = torch.arange(k.shape[1], device=q.device)[None, :] <= positions[:, None]
+    return F.scaled_dot_product_attention(q.transpose(0, 1).float(), k, v, attn_mask=visible).transpose(0, 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -95,6 +132,119 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
         assert rel(out[b].view(heads, D), ref) < 2e-3, b
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("block_size,split", [(4, 32), (16, None), (32, 64), (16, 512)])
+def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtype, block_size, split):
+    """Lengths 1, one block, a block and one, two slices and one position, 300, and a padding row
+    of length 0; slices of 32 or 64 positions to merge, the heuristic's (64 for this small batch),
+    or one slice for the whole context. Row 6 is past the launched batch."""
+    heads, kv_heads, D, max_len, B = 6, 2, 32, 320, 6
+    attn = PagedDecodeAttention(B + 1, heads, kv_heads, D, max_len, block_size, DEVICE, split=split, block_n=32)
+    lens = [1, block_size, block_size + 1, 0, min(2 * attn.split_for(B) + 1, 257), 300]
+    kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, block_size, dtype)
+    q = torch.randn(B, heads, D, dtype=dtype, device=DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = poisoned(B + 1, heads * D, dtype=dtype)
+    attn(q, kc, vc, tables, seq_lens, out, batch=B)
+    assert not attn.tickets.any()  # every merge handed its ticket back for the next call
+    assert torch.isnan(out[B]).all()  # rows past the batch untouched
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[b], torch.zeros_like(out[b]))  # padding: zeros, nothing read
+            continue
+        ref = reference_attention(q[b:b + 1], keys[b], values[b], n - 1)[0]
+        assert rel(out[b].view(heads, D), ref) < 2e-3, b
+    # a second call with other queries: the scratch and the tickets are reusable
+    q2 = torch.randn_like(q)
+    attn(q2, kc, vc, tables, seq_lens, out, batch=B)
+    ref = reference_attention(q2[5:6], keys[5], values[5], lens[5] - 1)[0]
+    assert rel(out[5].view(heads, D), ref) < 2e-3 and not attn.tickets.any()
+
+
+def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
+    """The split follows the launched batch (sliced when the batch is small, whole when it fills
+    the GPU); the partials fit the largest batch that still slices."""
+    attn = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu")
+    assert attn.split_for(1) == 256 and attn.split_for(63) == 256 and attn.split_for(64) == 4096
+    assert attn.m.numel() == 63 * 12 * (4096 // 256)
+    dense = DecodeAttention(1, 12, 2, 128, 4096, "cpu")
+    assert dense.split == attn.split_for(1) and dense.splits == 4096 // 256
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("block_size,heads,max_query_len", [(16, 6, None), (4, 4, None), (32, 6, 8), (16, 2, None)])
+def test_chunk_attention_over_a_paged_cache(dtype, block_size, heads, max_query_len):
+    """One flat batch: a fresh 70-token prompt, 37 tokens on 100 cached, two decode tokens (one on
+    a context of 1, one on 259), a 40-token chunk on 62 (its first row sees one key short of a
+    whole block of 64), a sequence with no tokens this pass, and two padding rows past the last
+    sequence. Query groups of 3, 2 and 1 heads; tiles of 42, 64, 128 tokens, or 10 (a
+    max_query_len below the real one only shrinks the tiles)."""
+    kv_heads, D = 2, 32
+    context = [0, 100, 1, 259, 62, 5]
+    chunk = [70, 37, 1, 1, 40, 0]
+    lens = [c + n for c, n in zip(context, chunk)]
+    kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, block_size, dtype)
+    starts = [0]
+    for n in chunk:
+        starts.append(starts[-1] + n)
+    N = starts[-1] + 2
+    q = torch.randn(N, heads, D, dtype=dtype, device=DEVICE)
+    out = poisoned(N, heads * D, dtype=dtype)
+    chunk_attention(q, kc, vc, tables, torch.tensor(starts, dtype=torch.int32, device=DEVICE),
+                    torch.tensor(context, dtype=torch.int32, device=DEVICE), out, max_query_len)
+    for s, (c, n) in enumerate(zip(context, chunk)):
+        if n == 0:
+            continue
+        rows = slice(starts[s], starts[s + 1])
+        ref = reference_attention(q[rows], keys[s], values[s], c)
+        assert rel(out[rows].view(n, heads, D), ref) < 2e-3, s
+    assert torch.isnan(out[starts[-1]:]).all()  # rows no sequence owns are left alone
+
+
+def test_chunk_attention_tiles_of_decode_rows():
+    """A batch of decode tokens only, with the small tile max_query_len=1 picks (16 rows: 5
+    tokens of 3 heads), one of them a first token, one a key short of a whole block of 64."""
+    heads, kv_heads, D, block_size = 6, 2, 16, 16
+    lens = [1, 17, 63, 130, 33, 90, 2]
+    kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, block_size, torch.float16)
+    q = torch.randn(len(lens), heads, D, dtype=torch.float16, device=DEVICE)
+    out = poisoned(len(lens), heads * D)
+    chunk_attention(q, kc, vc, tables, torch.arange(len(lens) + 1, dtype=torch.int32, device=DEVICE),
+                    torch.tensor(lens, dtype=torch.int32, device=DEVICE) - 1, out, max_query_len=1)
+    for s, n in enumerate(lens):
+        assert rel(out[s].view(heads, D), reference_attention(q[s:s + 1], keys[s], values[s], n - 1)[0]) < 2e-3, s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_rope_and_paged_cache_write_match_the_eager_rotary_and_a_scatter(dtype, slot_dtype):
+    heads, kv_heads, D, blocks, block_size = 4, 2, 32, 5, 4
+    rot = Rotary(D, 10000.0, 64).to(DEVICE)
+    rot.cos, rot.sin = rot.cos.to(dtype), rot.sin.to(dtype)
+    N = 7
+    qkv = torch.randn(N, (heads + 2 * kv_heads) * D, dtype=dtype, device=DEVICE)
+    positions = torch.tensor([4, 5, 6, 0, 1, 0, 33], device=DEVICE)
+    slots = torch.tensor([13, 14, 15, 2, 3, -1, 17], dtype=slot_dtype, device=DEVICE)  # token 5: padding
+    q = poisoned(N, heads, D, dtype=dtype)
+    kc, vc = (poisoned(blocks, block_size, kv_heads, D, dtype=dtype) for _ in "kv")
+    rope_and_paged_cache(qkv, positions, slots, rot.cos, rot.sin, q, kc, vc, heads, kv_heads)
+    q_ref, k_ref, v_ref = qkv.view(1, N, -1, D).split((heads, kv_heads, kv_heads), dim=2)
+    pos = positions.view(1, N)
+    # bit for bit in Triton's interpreter; on a GPU within one unit in the last place (as above)
+    tol = {torch.float16: 1e-3, torch.float32: 1e-6}[dtype] if torch.cuda.is_available() else 0.0
+    same = lambda a, b: torch.allclose(a, b, rtol=tol, atol=tol)  # noqa: E731
+    assert same(q, rot(q_ref, pos)[0])  # padding tokens too
+    live = slots >= 0
+    k_expected = poisoned(blocks * block_size, kv_heads, D, dtype=dtype)
+    v_expected = poisoned(blocks * block_size, kv_heads, D, dtype=dtype)
+    k_expected[slots[live].long()] = rot(k_ref, pos)[0][live]
+    v_expected[slots[live].long()] = v_ref[0][live]
+    written = ~torch.isnan(k_expected[:, 0, 0])
+    k_flat, v_flat = kc.view(-1, kv_heads, D), vc.view(-1, kv_heads, D)
+    assert same(k_flat[written], k_expected[written]) and torch.equal(v_flat[written], v_expected[written])
+    assert torch.isnan(k_flat[~written]).all() and torch.isnan(v_flat[~written]).all()  # nothing else written
+
+
 def test_gemv_with_norm_and_with_residual():
     W = torch.randn(300, 192, dtype=torch.float16, device=DEVICE) * 0.1
     x = torch.randn(192, dtype=torch.float16, device=DEVICE)
@@ -130,6 +280,35 @@ def test_qkv_rope_cache_is_norm_then_projection_then_rotary():
     assert rel(kc[0, :, pos], rot(k_ref, p)[0, 0]) < 2e-3
     assert rel(vc[0, :, pos], v_ref[0, 0]) < 2e-3
     assert torch.isnan(kc[0, :, pos + 1]).all()  # nothing else written
+
+
+@pytest.mark.parametrize("slot", [13, -1])
+def test_qkv_rope_cache_into_a_paged_cache_at_a_slot(slot):
+    """The same fused pass with k, v going to flat slot 13 of a paged cache (block 3, offset 1
+    for blocks of 4), rotated by position 7; slot -1 (padding) writes q only."""
+    H, heads, kv_heads, D, blocks, block_size, pos = 128, 4, 2, 32, 5, 4, 7
+    n = (heads + 2 * kv_heads) * D
+    W = torch.randn(n, H, dtype=torch.float16, device=DEVICE) * 0.1
+    bias = torch.randn(n, dtype=torch.float16, device=DEVICE) * 0.1
+    h = torch.randn(H, dtype=torch.float16, device=DEVICE)
+    norm = RMSNorm(H, 1e-6).to(DEVICE, torch.float16)
+    norm.weight.data.normal_()
+    rot = Rotary(D, 10000.0, 64).to(DEVICE)
+    rot.cos, rot.sin = rot.cos.half(), rot.sin.half()
+    q = poisoned(heads * D)
+    kc, vc = poisoned(blocks, block_size, kv_heads, D), poisoned(blocks, block_size, kv_heads, D)
+    G.qkv_rope_cache(W, bias, h, norm.weight, 1e-6, torch.tensor([pos], device=DEVICE), rot.cos, rot.sin, q,
+                     kc, vc, heads, kv_heads, rows=8, block_k=64, slot=torch.tensor([slot], device=DEVICE))
+    qkv = F.linear(norm(h).float(), W.float(), bias.float()).half().view(1, 1, -1, D)
+    q_ref, k_ref, v_ref = qkv.split((heads, kv_heads, kv_heads), dim=2)
+    p = torch.tensor([[pos]], device=DEVICE)
+    assert rel(q.view(heads, D), rot(q_ref, p)[0, 0]) < 2e-3
+    k_flat, v_flat = kc.view(-1, kv_heads, D), vc.view(-1, kv_heads, D)
+    others = torch.arange(blocks * block_size, device=DEVICE) != slot
+    assert torch.isnan(k_flat[others]).all() and torch.isnan(v_flat[others]).all()  # nothing else written
+    if slot >= 0:
+        assert rel(k_flat[slot], rot(k_ref, p)[0, 0]) < 2e-3
+        assert rel(v_flat[slot], v_ref[0, 0]) < 2e-3
 
 
 def test_gate_up_silu_is_norm_projection_and_silu_times_up():

@@ -56,10 +56,10 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 
 
 @triton.jit
-def _rope_cache_kernel(QKV, Pos, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_h,
-                       HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, ALL: tl.constexpr):
+def _rope_cache_kernel(QKV, Pos, Slots, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_h, kv_stride_s,
+                       HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, ALL: tl.constexpr,
+                       PAGED: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
-    b = tok // T
     pos = tl.load(Pos + tok).to(tl.int64)
     half: tl.constexpr = D // 2
     h = tl.arange(0, ALL)                     # q heads, then k heads, then v heads (padded to ALL)
@@ -79,10 +79,17 @@ def _rope_cache_kernel(QKV, Pos, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_
     q_off = Q + tok * HEADS * D + h[:, None] * D + j[None, :]
     tl.store(q_off, r1, mask=is_q)
     tl.store(q_off + half, r2, mask=is_q)
-    kvh = tl.where(h < HEADS + KV_HEADS, h - HEADS, h - HEADS - KV_HEADS)
-    c_off = b * kv_stride_b + kvh[:, None] * kv_stride_h + pos * D + j[None, :]
     is_k = ((h >= HEADS) & (h < HEADS + KV_HEADS))[:, None]
     is_v = ((h >= HEADS + KV_HEADS) & (h < HEADS + 2 * KV_HEADS))[:, None]
+    if PAGED:  # the token's row: flat slot Slots[tok] of [blocks * block_size, kv_heads, D]; -1: none
+        slot = tl.load(Slots + tok).to(tl.int64)
+        row = slot * kv_stride_s
+        is_k = is_k & (slot >= 0)
+        is_v = is_v & (slot >= 0)
+    else:  # [b, :, pos] of [B, kv_heads, S, D], token tok belonging to sequence tok // T
+        row = (tok // T) * kv_stride_b + pos * D
+    kvh = tl.where(h < HEADS + KV_HEADS, h - HEADS, h - HEADS - KV_HEADS)
+    c_off = row + kvh[:, None] * kv_stride_h + j[None, :]
     tl.store(KC + c_off, r1, mask=is_k)
     tl.store(KC + c_off + half, r2, mask=is_k)
     tl.store(VC + c_off, r1, mask=is_v)
@@ -97,9 +104,26 @@ def rope_and_cache(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor
     the caches [B, kv_heads, S, D] at their positions."""
     D = k_cache.shape[-1]
     n = qkv.numel() // qkv.shape[-1]
-    _rope_cache_kernel[(n,)](qkv, positions, cos, sin, q_out, k_cache, v_cache, tokens_per_seq,
-                             k_cache.stride(0), k_cache.stride(1), HEADS=heads, KV_HEADS=kv_heads, D=D,
-                             ALL=triton.next_power_of_2(heads + 2 * kv_heads))
+    _rope_cache_kernel[(n,)](qkv, positions, positions, cos, sin, q_out, k_cache, v_cache, tokens_per_seq,
+                             k_cache.stride(0), k_cache.stride(1), 0, HEADS=heads, KV_HEADS=kv_heads, D=D,
+                             ALL=triton.next_power_of_2(heads + 2 * kv_heads), PAGED=False)
+
+
+def rope_and_paged_cache(qkv: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         heads: int, kv_heads: int) -> None:
+    """Rotate q and k of every token i (qkv [N, (heads + 2 kv_heads) * D]) by positions[i]; write q
+    to q_out [N, heads, D] and k, v into the paged caches [num_blocks, block_size, kv_heads, D] at
+    flat slot slots[i] (block * block_size + offset; int32 or int64). A slot of -1 marks a padding
+    token: its q is written, the caches are not (its position must still index the cos/sin
+    tables, e.g. 0)."""
+    D = k_cache.shape[-1]
+    n = qkv.numel() // qkv.shape[-1]
+    # flat slots need the blocks back to back: [num_blocks * block_size, kv_heads, D]
+    assert k_cache.stride(0) == k_cache.shape[1] * k_cache.stride(1) and k_cache.stride() == v_cache.stride()
+    _rope_cache_kernel[(n,)](qkv, positions, slots, cos, sin, q_out, k_cache, v_cache, 1, 0, k_cache.stride(2),
+                             k_cache.stride(1), HEADS=heads, KV_HEADS=kv_heads, D=D,
+                             ALL=triton.next_power_of_2(heads + 2 * kv_heads), PAGED=True)
 
 
 @triton.jit

@@ -5,7 +5,7 @@ operations between them (norms, rotary, residual adds, the attention merge) cost
 than the weights cost to read. So each kernel here is a GEMV with that work folded in:
 
 - `qkv_rope_cache`: RMSNorm(h) -> fused q|k|v projection + bias -> rotary on q and k -> k, v
-  written into the cache at the token's position, q kept for attention.
+  written into the cache at the token's position (dense) or slot (paged), q kept for attention.
 - `gate_up_silu`: RMSNorm(h) -> gate|up projection -> silu(gate) * up.
 - `gemv`: y = W @ x with an optional RMSNorm on x (the lm_head) or a residual add (o_proj and
   down_proj).
@@ -77,9 +77,10 @@ def gemv(weight: torch.Tensor, x: torch.Tensor, out: torch.Tensor, *, norm_weigh
 
 
 @triton.jit
-def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_stride_h,
+def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Slot, Cos, Sin, Q, KC, VC, eps, kv_stride_h, kv_stride_s,
                            H: tl.constexpr, BLOCK_H: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-                           D: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+                           D: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, PAGED: tl.constexpr,
+                           PDL: tl.constexpr):
     pdl_wait(PDL)
     half: tl.constexpr = D // 2
     blocks: tl.constexpr = half // R
@@ -107,30 +108,47 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Cos, Sin, Q, KC, VC, eps, kv_str
         r1 = _rounded_sum(_rounded_product(a1, cos), -_rounded_product(a2, sin))
         r2 = _rounded_sum(_rounded_product(a2, cos), _rounded_product(a1, sin))
         a1, a2 = r1, r2
+    if PAGED:  # flat slot Slot[0] of [blocks * block_size, kv_heads, D]; -1: no cache write
+        slot = tl.load(Slot).to(tl.int64)
+        row = slot * kv_stride_s
+        write = slot >= 0
+    else:  # position `pos` of [1, kv_heads, S, D]
+        row = pos * D
+        write = None
     if head < HEADS:
         tl.store(Q + head * D + j, a1)
         tl.store(Q + head * D + half + j, a2)
     elif head < HEADS + KV_HEADS:
-        dst = KC + (head - HEADS) * kv_stride_h + pos * D
-        tl.store(dst + j, a1)
-        tl.store(dst + half + j, a2)
+        dst = KC + (head - HEADS) * kv_stride_h + row
+        tl.store(dst + j, a1, mask=write)
+        tl.store(dst + half + j, a2, mask=write)
     else:
-        dst = VC + (head - HEADS - KV_HEADS) * kv_stride_h + pos * D
-        tl.store(dst + j, a1)
-        tl.store(dst + half + j, a2)
+        dst = VC + (head - HEADS - KV_HEADS) * kv_stride_h + row
+        tl.store(dst + j, a1, mask=write)
+        tl.store(dst + half + j, a2, mask=write)
 
 
 def qkv_rope_cache(weight, bias, h, norm_weight, eps, position, cos, sin, q_out, k_cache, v_cache,
                    heads: int, kv_heads: int, rows: int = 16, block_k: int = 512, warps: int = 4,
-                   pdl: bool = False) -> None:
+                   pdl: bool = False, slot: torch.Tensor | None = None) -> None:
     """Batch 1: q_out [heads*D] and the caches [1, kv_heads, S, D] at `position` ([1] tensor) from
-    h [H], through RMSNorm, the fused q|k|v projection with bias, and rotary."""
+    h [H], through RMSNorm, the fused q|k|v projection with bias, and rotary.
+
+    With `slot` ([1] int32 or int64 tensor), the caches are paged, [num_blocks, block_size,
+    kv_heads, D], and k, v go to flat slot `slot[0]` (block * block_size + offset; -1 writes
+    nothing); `position` still picks the rotary angle."""
     H = h.shape[-1]
     D = k_cache.shape[-1]
+    if slot is None:
+        paged, strides = False, (k_cache.stride(1), 0)
+    else:  # flat slots need the blocks back to back: [num_blocks * block_size, kv_heads, D]
+        assert k_cache.stride(0) == k_cache.shape[1] * k_cache.stride(1) and k_cache.stride() == v_cache.stride()
+        paged, strides = True, (k_cache.stride(2), k_cache.stride(1))
     grid = ((heads + 2 * kv_heads) * (D // 2 // rows),)
-    _qkv_rope_cache_kernel[grid](weight, bias, h, norm_weight, position, cos, sin, q_out, k_cache, v_cache, eps,
-                                 k_cache.stride(1), H=H, BLOCK_H=triton.next_power_of_2(H), HEADS=heads,
-                                 KV_HEADS=kv_heads, D=D, R=rows, BK=block_k, num_warps=warps, **pdl_launch(pdl))
+    _qkv_rope_cache_kernel[grid](weight, bias, h, norm_weight, position, position if slot is None else slot, cos,
+                                 sin, q_out, k_cache, v_cache, eps, *strides, H=H, BLOCK_H=triton.next_power_of_2(H),
+                                 HEADS=heads, KV_HEADS=kv_heads, D=D, R=rows, BK=block_k, PAGED=paged,
+                                 num_warps=warps, **pdl_launch(pdl))
 
 
 @triton.jit
