@@ -115,8 +115,11 @@ def step_profile(model, batch: int, tiles: dict | None, pdl: bool = False, promp
 
     step_ms = triton.testing.do_bench(one_step, warmup=20, rep=200, return_mode="median")
     fast = dec.fast
-    step = fast.decode_b1 if batch == 1 else fast.decode
-    run = lambda: step(first, pos, cache, dec.attention)  # noqa: E731
+    if batch == 1:
+        attend = lambda i, q, out: dec.attention(q, cache.k[i], cache.v[i], pos, out)  # noqa: E731
+        run = lambda: fast.decode_b1(first, pos, cache.k, cache.v, attend)  # noqa: E731
+    else:
+        run = lambda: fast.decode(first, pos, cache, dec.attention)  # noqa: E731
     run()
     torch.cuda.synchronize()
     fast.trace = []

@@ -32,7 +32,9 @@ from engine.prompts import PROMPT_LENGTHS, parse_prompts, prompt_ids
 from engine.provenance import provenance, resolve_device
 from engine.weights import load_model, parse_dtype
 
-BENCH_ENGINES = ENGINES + ("hf",)
+BENCH_ENGINES = ENGINES + ("continuous", "hf")
+# where each engine's closed runs go (the continuous engine's open runs have results/continuous)
+STORE_NAMES = {"continuous": "continuous-closed"}
 REPO = Path(__file__).resolve().parent.parent
 # A CPU run (the tiny model, a smoke test) is quick by default: three prompts, 32 tokens, 1+2 runs.
 CPU_DEFAULTS = {"prompts": "p16,p64,p256", "new_tokens": 32, "warmup": 1, "runs": 2}
@@ -69,6 +71,24 @@ class Setup:
     decoder_factory: object = None  # callable(model) -> decoder for the CUDA-graph path, or None
     mode: str = "eager"
     hf: object = None               # the Hugging Face baseline, built on first use
+    runner: object = None           # the continuous engine's runner, built on first use
+
+    def continuous_runner(self, batch: int, tokens_per_seq: int):
+        """The continuous engine's runner with a cache for this batch (built once for the largest
+        batch asked for: `max_batch`, `max_tokens`)."""
+        if self.runner is None:
+            from engine.continuous import ModelRunner
+            from engine.paged import PagedKVCache
+            device = self.model.embed_tokens.weight.device
+            blocks = self.max_batch * -(-self.max_tokens // 16)
+            cache = PagedKVCache(self.model.config, blocks, 16, self.model.embed_tokens.weight.dtype, device)
+            gpu = device.type == "cuda"
+            self.runner = ModelRunner(self.model, cache, self.max_batch, "triton" if gpu else "eager",
+                                      graphs=gpu and self.decoder_factory is not None)
+        return self.runner
+
+    max_batch: int = 1
+    max_tokens: int = 1
 
 
 def run_row(gen: Generation, engine: str, prompt: str, batch: int, index: int, setup: Setup,
@@ -115,8 +135,13 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, check
     ids = prompt_ids(prompt, checkpoint)
     check_fits(setup.model, [len(ids)], setup.new_tokens)
     prompts = [ids] * batch
-    store = RunStore(setup.store_root / engine)
-    if engine == "hf":
+    store = RunStore(setup.store_root / STORE_NAMES.get(engine, engine))
+    if engine == "continuous":
+        from engine.continuous import closed_run
+        runner = setup.continuous_runner(batch, len(ids) + setup.new_tokens)
+        run = lambda run_id: closed_run(runner, prompts, setup.new_tokens, run_id)  # noqa: E731
+        mode = runner.mode_name
+    elif engine == "hf":
         if setup.hf is None:
             from engine.hf_baseline import HFBaseline
             setup.hf = HFBaseline(setup.model)
@@ -235,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                   "graph" if use_graphs else "eager")
     if args.engine == "hf":
         setup.mode = "static-cache generate" + (" (compiled)" if device.type == "cuda" else "")
+    setup.max_batch = max(sizes)
+    setup.max_tokens = max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens
     print(f"model {source} ({weights} weights, {meta['dtype']}) on {meta['gpu']}, torch {meta['torch']}, "
           f"commit {meta['git_commit']}, decode {setup.mode}; rows go to {out_dir / args.engine}")
     print(f"{'':>8} {'':>6} {'':<7} {'mean / median over the recorded runs':>40}")

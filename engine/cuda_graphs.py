@@ -28,7 +28,7 @@ PREFILL_GRAPH_TOKENS = 32768  # larger prefills launch few, long kernels: no gra
 class _Graph:
     """One captured callable with its static inputs and output."""
 
-    def __init__(self, fn: Callable[[], Tensor], use_graphs: bool):
+    def __init__(self, fn: Callable[[], Tensor], use_graphs: bool, pool=None):
         self.fn, self.graph = fn, None
         if not use_graphs:
             return
@@ -39,7 +39,7 @@ class _Graph:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, pool=pool):
             self.out = fn()
 
     def __call__(self) -> Tensor:
@@ -80,9 +80,13 @@ class GraphDecoder:
             self.positions = torch.zeros(batch, dtype=torch.long, device=device)
             self.attention = DecodeAttention(batch, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                                              max_len, device, pdl=self.fast.pdl and batch == 1)
-            step = self.fast.decode_b1 if batch == 1 else self.fast.decode
-            self._decode = _Graph(lambda: step(self.tokens, self.positions, self._cache, self.attention),
-                                  self.use_graphs)
+            if batch == 1:
+                cache, attention = self._cache, self.attention
+                attend = lambda i, q, out: attention(q, cache.k[i], cache.v[i], self.positions, out)  # noqa: E731
+                step = lambda: self.fast.decode_b1(self.tokens, self.positions, cache.k, cache.v, attend)  # noqa: E731
+            else:
+                step = lambda: self.fast.decode(self.tokens, self.positions, self._cache, self.attention)  # noqa: E731
+            self._decode = _Graph(step, self.use_graphs)
             self.shape = (batch, max_len)
         return self._cache
 

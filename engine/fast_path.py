@@ -9,9 +9,14 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
 - `prefill`: fresh prompts of one length; as `decode`, with flash attention over the prompt.
+`decode_b1` and `run_layers` (the layer loop of `decode` and `prefill`) take the cache write and
+the attention as arguments, so the continuous engine's paged cache (`engine.paged_fast`) runs
+the same kernels.
 Each returns the greedy next token of every sequence.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -57,10 +62,13 @@ class FastPath:
         x = rmsnorm(hidden.contiguous(), self.final_norm, self.eps, torch.empty_like(hidden))
         return F.linear(x, self.lm_head)
 
-    def decode_b1(self, token: Tensor, position: Tensor, cache: DenseKVCache, attention: DecodeAttention) -> Tensor:
+    def decode_b1(self, token: Tensor, position: Tensor, k_caches: list[Tensor], v_caches: list[Tensor],
+                  attend: Callable[[int, Tensor, Tensor], None], slot: Tensor | None = None) -> Tensor:
         """One decode pass at batch 1. token, position: [1] device buffers, advanced in place (the
         next token replaces the token, the position moves on by one), so a captured graph can be
-        replayed step after step with nothing done outside it."""
+        replayed step after step with nothing done outside it. Layer i's keys and values go into
+        k_caches[i], v_caches[i] (dense at `position`, or paged at flat `slot`), and
+        `attend(i, q, out)` computes its attention."""
         t, mark = self.tiles, self._mark
         h = self.embed[token].view(-1)  # a fresh buffer the kernels update in place
         q = torch.empty(self.heads * self.head_dim, dtype=h.dtype, device=h.device)
@@ -68,10 +76,10 @@ class FastPath:
         act = torch.empty(self.config.intermediate_size, dtype=h.dtype, device=h.device)
         mark("embed")
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
-            G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, cache.k[i],
-                             cache.v[i], self.heads, self.kv_heads, *t["qkv"], pdl=self.pdl)
+            G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, k_caches[i],
+                             v_caches[i], self.heads, self.kv_heads, *t["qkv"], pdl=self.pdl, slot=slot)
             mark("qkv+norm+rope")
-            attention(q, cache.k[i], cache.v[i], position, attn_out)
+            attend(i, q, attn_out)
             mark("attention")
             G.gemv(w_o, attn_out, h, residual=h, rows=t["o"][0], block_k=t["o"][1], warps=t["o"][2], pdl=self.pdl)
             mark("o+residual")
@@ -89,27 +97,21 @@ class FastPath:
         mark("argmax+advance")
         return token
 
-    def decode(self, tokens: Tensor, positions: Tensor, cache: DenseKVCache, attention: DecodeAttention) -> Tensor:
-        """One decode pass for a batch: tokens, positions [B] device buffers, advanced in place."""
-        B, mark = tokens.shape[0], self._mark
-        h = self.embed[tokens]
+    def run_layers(self, h: Tensor, attend: Callable[[int, Tensor], Tensor]) -> Tensor:
+        """Every layer over the token rows h [N, H] (updated in place and returned, the last
+        block's output added): cuBLAS for the projections, a Triton kernel between each pair.
+        `attend(i, qkv)` does layer i's rotary, cache write and attention from the projected
+        q|k|v [N, (heads + 2 kv_heads) * D] and returns the attention output [N, heads * D]."""
+        mark = self._mark
         x = torch.empty_like(h)
-        q = torch.empty(B, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
-        attn_out = torch.empty(B, self.heads * self.head_dim, dtype=h.dtype, device=h.device)
-        act = h.new_empty(B, self.config.intermediate_size)
-        mark("embed")
+        act = h.new_empty(h.shape[0], self.config.intermediate_size)
         delta = None  # the previous block's output, added to h by the next norm
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             rmsnorm(h, ln1, self.eps, x, delta)
             mark("residual+norm")
             qkv = F.linear(x, w_qkv, b_qkv)
             mark("qkv")
-            rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
-                           self.kv_heads, 1)
-            mark("rope+cache write")
-            attention(q, cache.k[i], cache.v[i], positions, attn_out)
-            mark("attention")
-            o = F.linear(attn_out, w_o)
+            o = F.linear(attend(i, qkv), w_o)
             mark("o")
             rmsnorm(h, ln2, self.eps, x, o)
             mark("residual+norm")
@@ -120,6 +122,25 @@ class FastPath:
             delta = F.linear(act, w_down)
             mark("down")
         h += delta
+        return h
+
+    def decode(self, tokens: Tensor, positions: Tensor, cache: DenseKVCache, attention: DecodeAttention) -> Tensor:
+        """One decode pass for a batch: tokens, positions [B] device buffers, advanced in place."""
+        B, mark = tokens.shape[0], self._mark
+        h = self.embed[tokens]
+        q = torch.empty(B, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
+        attn_out = torch.empty(B, self.heads * self.head_dim, dtype=h.dtype, device=h.device)
+        mark("embed")
+
+        def attend(i: int, qkv: Tensor) -> Tensor:
+            rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
+                           self.kv_heads, 1)
+            mark("rope+cache write")
+            attention(q, cache.k[i], cache.v[i], positions, attn_out)
+            mark("attention")
+            return attn_out
+
+        h = self.run_layers(h, attend)
         torch.argmax(self._logits(h), dim=-1, out=tokens)
         positions += 1
         mark("norm+lm_head+argmax+advance")
@@ -129,19 +150,17 @@ class FastPath:
         """The prefill pass of B fresh prompts of one length T: tokens [B, T]."""
         B, T = tokens.shape
         h = self.embed[tokens].view(B * T, -1)
-        x = torch.empty_like(h)
         q = torch.empty(B * T, self.heads, self.head_dim, dtype=h.dtype, device=h.device)
         positions = torch.arange(T, device=h.device).repeat(B)
-        delta = None
-        for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
-            rmsnorm(h, ln1, self.eps, x, delta)
-            rope_and_cache(F.linear(x, w_qkv, b_qkv), positions, self.cos, self.sin, q, cache.k[i], cache.v[i],
-                           self.heads, self.kv_heads, T)
+
+        def attend(i: int, qkv: Tensor) -> Tensor:
+            rope_and_cache(qkv, positions, self.cos, self.sin, q, cache.k[i], cache.v[i], self.heads,
+                           self.kv_heads, T)
             attn = _causal_attention(q.view(B, T, self.heads, self.head_dim).transpose(1, 2),
                                      cache.k[i][:, :, :T], cache.v[i][:, :, :T])
-            rmsnorm(h, ln2, self.eps, x, F.linear(attn.transpose(1, 2).reshape(B * T, -1), w_o))
-            delta = F.linear(silu_mul(F.linear(x, w_gu), h.new_empty(B * T, w_down.shape[1])), w_down)
-        h += delta
+            return attn.transpose(1, 2).reshape(B * T, -1)
+
+        h = self.run_layers(h, attend)
         return self._logits(h.view(B, T, -1)[:, -1]).argmax(-1)
 
 

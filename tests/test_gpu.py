@@ -88,3 +88,45 @@ def test_eager_engine_tokens_agree_with_the_graph_path_until_a_near_tie(model):
     if first is not None:  # they may part only where the eager model was torn between two tokens
         logits = eager_logits(model, ids, eager[: first + 1])[-1]
         assert float(logits.max() - logits[graphs[first]]) <= NEAR_TIE
+
+
+def continuous_tokens(model, prompts, policy, num_blocks, new_tokens=64, graphs=True):
+    from core.kv import BlockPool
+    from core.scheduler import make_scheduler
+    from engine.continuous import ModelRunner, Request, serve
+    from engine.paged import PagedKVCache
+
+    cache = PagedKVCache(model.config, num_blocks, 16, torch.float16, "cuda")
+    runner = ModelRunner(model, cache, max_num_seqs=8, kernels="triton", graphs=graphs)
+    sched = make_scheduler(policy, BlockPool(num_blocks, 16), max_num_seqs=8, max_num_batched_tokens=256,
+                           max_model_len=num_blocks * 16 if num_blocks * 16 < 2048 else 2048)
+    res = serve([Request(f"r{i}", 0.0, p, new_tokens) for i, p in enumerate(prompts)], sched, runner, realtime=False)
+    assert all(r.completed for r in res.requests)
+    return res
+
+
+def mixed_prompts():
+    ids = prompt_ids("p1024")
+    return [ids[:300], ids[100:164], ids[:16], ids[200:1224], ids[50:306]]
+
+
+@pytest.mark.parametrize("policy", ["chunked", "continuous"])
+def test_continuous_engine_tokens_are_the_eager_models_greedy_choices(model, policy):
+    """The continuous engine on the real model: decode graphs at padded buckets (batch 1 on the
+    fused kernels), chunked prefill mixing prompt chunks with decodes, the shared scheduler."""
+    prompts = mixed_prompts()
+    res = continuous_tokens(model, prompts, policy, 4096)
+    modes = {p.mode for p in res.passes}
+    assert "graph" in modes and "triton" in modes
+    if policy == "chunked":
+        assert "mixed" in {p.kind for p in res.passes}
+    for i, p in enumerate(prompts):
+        check_against_eager(model, p, res.tokens[f"r{i}"])
+
+
+def test_continuous_engine_keeps_its_tokens_through_preemption(model):
+    prompts = mixed_prompts()[:3] + [prompt_ids("p256"), prompt_ids("p64")]
+    res = continuous_tokens(model, prompts, "continuous", 60)  # 960 token slots for ~800 tokens of prompts + 64 each
+    assert sum(r.preemptions for r in res.requests) > 0
+    for i, p in enumerate(prompts):
+        check_against_eager(model, p, res.tokens[f"r{i}"])

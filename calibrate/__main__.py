@@ -1,0 +1,194 @@
+"""`python -m calibrate sweep|fit`: time the engine's passes, fit the simulator's cost model.
+
+    python -m calibrate sweep                       # on a GPU: a few hundred shapes, ~1 minute
+    python -m calibrate fit --name h200             # results/calibration/h200.json + error report
+
+`sweep` writes its passes as a run under OUT/calibration/ (default results/ on a GPU,
+out/results/ on a CPU); `fit` reads the latest sweep there (or --sweep RUN_ID), fits on part of
+the shape grid, reports the error on the rest, fits again on all of it, replays the open runs'
+pass logs (results/continuous) through the model, and writes NAME.json, NAME-errors.csv and the
+residual charts beside the sweep.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core.cli import ArgumentParser
+from core.config import get_preset
+from core.roofline import get_gpu
+from core.runstore import RunStore
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def sweep_main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="python -m calibrate sweep", description="Time the continuous engine's runner on a "
+                                                                     "grid of pass shapes.")
+    p.add_argument("--model", default=None, help="preset or checkpoint (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--max-batch", type=int, default=None, help="largest decode batch (default 512; CPU 8)")
+    p.add_argument("--max-context", type=int, default=None, help="longest context (default 16384; CPU 256)")
+    p.add_argument("--repeats", type=int, default=3, help="timed passes per shape, after one warm-up (default 3)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--kernels", choices=("triton", "eager"), default=None)
+    p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
+    try:
+        args = p.parse_args(argv)
+        import torch
+        from tqdm import tqdm
+
+        from calibrate.sweep import blocks_needed, default_shapes, run_sweep
+        from engine.continuous import ModelRunner
+        from engine.paged import PagedKVCache
+        from engine.provenance import provenance, resolve_device
+        from engine.weights import load_model, parse_dtype
+
+        device = resolve_device(args.device)
+        gpu = device.type == "cuda"
+        dtype = parse_dtype(args.dtype)
+        kernels = args.kernels or ("triton" if gpu else "eager")
+        graphs = args.graphs == "on" or (args.graphs == "auto" and gpu and kernels == "triton")
+        max_batch = args.max_batch or (512 if gpu else 8)
+        max_context = args.max_context or (16384 if gpu else 256)
+        if args.repeats < 1 or max_batch < 1 or max_context < 16:
+            raise ValueError("--repeats and --max-batch must be >= 1, --max-context >= 16")
+        source = args.model or ("qwen2.5-1.5b" if gpu else "tiny")
+        model, weights = load_model(source, dtype, device, seed=args.seed)
+        shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000, seed=args.seed)
+        blocks = max(blocks_needed(s, args.block_size) for s in shapes)
+        cache = PagedKVCache(model.config, blocks, args.block_size, dtype, device)
+        runner = ModelRunner(model, cache, max_batch, kernels, graphs)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
+    store = RunStore(out / "calibration")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    run_id = f"sweep-{stamp}"
+    print(f"{len(shapes)} shapes x ({args.repeats} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
+          f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")
+    wall = time.perf_counter()
+    with tqdm(total=len(shapes) * (args.repeats + 1), desc="sweep", unit="pass", file=sys.stderr) as bar:
+        passes = run_sweep(runner, shapes, args.repeats, args.seed, run_id,
+                           progress=lambda i, n: bar.update(i - bar.n))
+    meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
+            "device": device.type, **provenance(device)}
+    row = {"run_id": run_id, "engine": "continuous", "kind": "sweep", "shapes": len(shapes), "repeats": args.repeats,
+           "passes": len(passes), "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
+           "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
+           "kv_blocks": blocks, "wall_s": time.perf_counter() - wall, **meta}
+    store.write_run(run_id, passes, [], row)
+    print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
+    return 0
+
+
+def fit_main(argv: list[str]) -> int:
+    from calibrate.fit import (calibration_file, constants, error_table, fit_params, format_errors, format_params,
+                               held_out, mape, predict, roofline_prior_error, Features)
+    from calibrate.replay import replay_runs
+
+    p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
+    p.add_argument("--results", default=str(REPO / "results"), help="where the sweep and the open runs are")
+    p.add_argument("--sweep", default="latest", help="the sweep's run id (default: the latest under RESULTS)")
+    p.add_argument("--name", default=None, help="the calibration's name (default: the GPU's, e.g. h200)")
+    p.add_argument("--model", default=None, help="refuse a sweep of another model than this one")
+    p.add_argument("--gpu", default=None, help="refuse a sweep on another GPU than this preset (e.g. h200)")
+    p.add_argument("--no-charts", action="store_true", help="skip the residual charts")
+    try:
+        args = p.parse_args(argv)
+        results = Path(args.results)
+        store = RunStore(results / "calibration")
+        sweeps = [r for r in store.rows() if r.get("kind") == "sweep"]
+        if not sweeps:
+            raise ValueError(f"no sweep under {store.root}: run `python -m calibrate sweep` on a GPU first")
+        row = sweeps[-1] if args.sweep == "latest" else next((r for r in sweeps if r["run_id"] == args.sweep), None)
+        if row is None:
+            raise ValueError(f"--sweep {args.sweep!r}: no such sweep under {store.root}")
+        if row.get("engine") != "continuous":
+            raise ValueError(f"sweep {row['run_id']} timed the {row.get('engine')!r} engine; the cost model is the "
+                             "continuous engine's")
+        if args.model and row["model"] != args.model:
+            raise ValueError(f"sweep {row['run_id']} timed {row['model']!r}, not --model {args.model!r}")
+        if args.gpu and row["gpu"] != get_gpu(args.gpu).name:
+            raise ValueError(f"sweep {row['run_id']} ran on {row['gpu']!r}, not --gpu {args.gpu} "
+                             f"({get_gpu(args.gpu).name})")
+        passes = store.passes(row["run_id"])
+        model = get_preset(row["model"])
+        buckets = row["graph_buckets"] or []
+        c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
+        split = ["held-out" if held_out(group, buckets) else "fitted" for group in map(_group, passes)]
+        train = [q for q, s in zip(passes, split) if s == "fitted"]
+        params_train = fit_params(train, c, buckets)
+        errors = error_table(passes, predict(params_train, c, Features.of(passes, buckets)), split)
+        params = fit_params(passes, c, buckets)
+        in_sample = mape(predict(params, c, Features.of(passes, buckets)), [q.duration_s for q in passes])
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from sim.cost import CalibratedCost, _gpu_preset_of
+    gpu_spec = _gpu_preset_of(row["gpu"])
+    prior = roofline_prior_error(passes, model, gpu_spec) if gpu_spec else []
+    name = args.name or (next((k for k, v in __import__("core.roofline").roofline.GPUS.items() if v is gpu_spec), None)
+                         or "gpu")
+    meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
+            "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
+            "block_size": row["block_size"], "fitted_on": len(passes), "in_sample_mape": in_sample,
+            "held_out_fit": {"parameters": params_train}}
+    cost = CalibratedCost(calibration_file(params, c, meta, buckets, errors, prior, []))
+    replays = replay_runs(results, cost, row["gpu"], row["model"])
+    doc = calibration_file(params, c, meta, buckets, errors, prior, replays)
+    out = store.root / f"{name}.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    _write_errors_csv(store.root / f"{name}-errors.csv", errors)
+    print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
+          f"error, then all {len(passes)} for the parameters")
+    print("parameters (all passes):\n" + format_params(params))
+    print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
+    print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
+    if prior:
+        print("the roofline alone (no fitted term, no overhead), per regime: " +
+              ", ".join(f"{p['regime']} {p['signed_median']:+.0%} (MAPE {p['mape']:.0%})" for p in prior))
+    for r in replays:
+        print(f"replay {r['run_id']}: pass-time MAPE {r['pass_mape']:.2%}, total busy time {r['busy_error']:+.2%}"
+              + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else ""))
+    if not args.no_charts:
+        from calibrate.charts import residual_charts
+        for path in residual_charts(passes, predict(params_train, c, Features.of(passes, buckets)), split,
+                                    store.root, name):
+            print(f"chart: {path}")
+    print(f"written {out}")
+    return 0
+
+
+def _group(p):
+    from calibrate.fit import group_of
+    return group_of(p)
+
+
+def _write_errors_csv(path: Path, errors) -> None:
+    import pandas as pd
+    pd.DataFrame([e.__dict__ for e in errors]).to_csv(path, index=False)
+
+
+COMMANDS = {"sweep": sweep_main, "fit": fit_main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__)
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

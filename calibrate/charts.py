@@ -1,0 +1,41 @@
+"""Residual charts of a fit (altair: HTML and PNG): predicted over measured pass time, against
+the pass's size, per kind, fitted and held-out shapes apart."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from calibrate.fit import group_of
+
+
+def residual_charts(passes, predicted, split, out: Path, name: str) -> list[Path]:
+    import altair as alt
+
+    df = pd.DataFrame({"kind": [p.kind for p in passes], "group": [group_of(p) for p in passes],
+                       "batch_size": [len(p.new_tokens) for p in passes],
+                       "tokens": [sum(p.new_tokens) for p in passes],
+                       "context_sum": [sum(p.context_lens) for p in passes],
+                       "measured_ms": [p.duration_s * 1e3 for p in passes],
+                       "predicted_ms": [x * 1e3 for x in predicted], "split": split})
+    df["error_pct"] = (df["predicted_ms"] / df["measured_ms"] - 1) * 100
+    base = alt.Chart(df).mark_point(filled=True, opacity=0.6).encode(
+        color=alt.Color("split:N", title=None), shape=alt.Shape("kind:N"),
+        tooltip=["group", "measured_ms", "predicted_ms", "error_pct"])
+    rule = alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="gray").encode(y="y:Q")
+    decode = base.transform_filter(alt.datum.kind == "decode").encode(
+        x=alt.X("batch_size:Q", scale=alt.Scale(type="log"), title="decode batch size"),
+        y=alt.Y("error_pct:Q", title="predicted / measured - 1 (%)"))
+    prefill = base.transform_filter(alt.datum.kind != "decode").encode(
+        x=alt.X("tokens:Q", scale=alt.Scale(type="log"), title="tokens in the pass (prefill, mixed)"),
+        y=alt.Y("error_pct:Q", title="predicted / measured - 1 (%)"))
+    scatter = base.encode(x=alt.X("measured_ms:Q", scale=alt.Scale(type="log"), title="measured pass (ms)"),
+                          y=alt.Y("predicted_ms:Q", scale=alt.Scale(type="log"), title="predicted pass (ms)"))
+    chart = ((decode + rule).properties(width=320, height=220, title="decode passes")
+             | (prefill + rule).properties(width=320, height=220, title="prefill and mixed passes")
+             | scatter.properties(width=260, height=220, title="all passes")).properties(
+        title=f"{name}: the cost model against the timed passes (held-out: shapes the fit did not see)")
+    paths = [out / f"{name}-residuals.html", out / f"{name}-residuals.png"]
+    chart.save(str(paths[0]))
+    chart.save(str(paths[1]), ppi=100)
+    return paths

@@ -1,0 +1,121 @@
+"""Timing the continuous engine's runner directly on chosen pass shapes.
+
+Not through a workload: each shape (per sequence, how many new tokens on top of how much
+cached context) is built as a plan, turned into a batch and run by `engine.continuous.
+ModelRunner` exactly as an open run would, and timed with CUDA events. Decode over batch sizes
+(every graph bucket and sizes between them) and context lengths (uniform and mixed within a
+batch), prompt chunks on top of cached context, several prompts in one pass, and mixed passes
+(a chunk beside decodes, as chunked prefill builds them). Shapes run in a random order, each
+after a warm-up pass of its own, repeated; one PassRecord per timed pass.
+
+The cache holds random values (timing does not depend on them, but zeros can run faster);
+the block tables are made up, sequences laid out one after another from block 0.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.records import PassRecord, pass_kind
+from core.scheduler import ScheduledPass, Sequence
+from engine.continuous import ModelRunner, build_host_batch, graph_buckets
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One pass: (context, new tokens) per sequence, and the group it belongs to (for held-out
+    error by shape, never by random rows)."""
+
+    group: str
+    seqs: tuple[tuple[int, int], ...]
+
+    @property
+    def tokens_held(self) -> int:
+        return sum(c + n for c, n in self.seqs)
+
+
+def log_contexts(rng: random.Random, n: int, low: int, high: int) -> list[int]:
+    return [int(round(np.exp(rng.uniform(np.log(low), np.log(high))))) for _ in range(n)]
+
+
+def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_held: int = 2_000_000,
+                   seed: int = 0) -> list[Shape]:
+    """The sweep's grid (a few hundred shapes): decode, prefill, mixed."""
+    rng = random.Random(seed)
+    shapes = []
+    sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200} & set(range(1, max_batch + 1)))
+    contexts = [c for c in (16, 128, 512, 2048, 8192, 16384) if c <= max_context]
+    for b in sizes:
+        for c in contexts:
+            shapes.append(Shape(f"decode b{b} c{c}", tuple((c, 1) for _ in range(b))))
+        shapes.append(Shape(f"decode b{b} mixed", tuple((c, 1) for c in log_contexts(rng, b, 16, max_context))))
+    for n in (16, 64, 256, 1024, 2048, 4096, 8192, 16384):
+        for c in (0, 256, 1024, 4096, 16384):
+            if n <= max_context and c <= max_context:
+                shapes.append(Shape(f"prefill n{n} c{c}", ((c, n),)))
+    for count, n in ((2, 512), (4, 256), (4, 1024), (8, 64), (8, 256), (16, 128), (3, 2048), (32, 16)):
+        if n <= max_context:
+            shapes.append(Shape(f"prompts {count}x{n}", tuple((0, n) for _ in range(count))))
+    for n in (128, 512, 1024, 2048):
+        for b in (1, 8, 32, 64, 128, 256):
+            if b <= max_batch and n > b and n - b <= max_context:
+                decodes = tuple((c, 1) for c in log_contexts(rng, b, 16, min(4096, max_context)))
+                context = rng.choice([c for c in (0, 512, 2048) if c <= max_context])
+                shapes.append(Shape(f"mixed n{n - b} b{b}", decodes + ((context, n - b),)))
+    return [s for s in shapes if s.tokens_held <= max_tokens_held]
+
+
+def blocks_needed(shape: Shape, block_size: int) -> int:
+    return sum(-(-(c + n) // block_size) for c, n in shape.seqs)
+
+
+def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generator) -> ScheduledPass:
+    """A plan for `shape`: sequences with made-up token ids and block tables laid end to end."""
+    seqs, block = [], 0
+    for i, (c, n) in enumerate(shape.seqs):
+        total = c + n
+        # only the new tokens are read (the context's keys and values are in the cache already)
+        seq = Sequence(f"s{i}", 0.0, total, 1, token_ids=[1] * c + rng.integers(0, vocab, n).tolist())
+        blocks = -(-total // block_size)
+        seq.block_table = list(range(block, block + blocks))
+        block += blocks
+        seq.num_computed = c
+        seqs.append(seq)
+    new, ctx = [n for _, n in shape.seqs], [c for c, _ in shape.seqs]
+    return ScheduledPass(seqs, new, ctx, decode=all(n == 1 for n in new))
+
+
+def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
+              progress=None) -> list[PassRecord]:
+    """Time every shape `repeats` times (after one warm-up pass each), in a random order; a
+    PassRecord per timed pass, `step` numbering them in the order they ran."""
+    cache = runner.cache
+    needed = max(blocks_needed(s, cache.block_size) for s in shapes)
+    if needed > cache.num_blocks:
+        raise ValueError(f"the largest shape needs {needed:,} KV blocks, more than the {cache.num_blocks:,} this cache "
+                         f"has; give the sweep more memory or fewer long shapes")
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        cache.storage.normal_(0.0, 1.0)
+    order = [(s, r) for s in shapes for r in range(repeats + 1)]
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda item: item[1] > 0)  # warm-ups first, so that every timed pass finds its kernels ready
+    vocab = runner.model.config.vocab_size
+    records: list[PassRecord] = []
+    for i, (shape, repeat) in enumerate(order):
+        plan = fake_plan(shape, cache.block_size, vocab, rng)
+        host = build_host_batch(plan, cache.block_size, None)
+        launched = runner.launch(i, plan, host, None, 0.0)
+        _, start, end = runner.collect(launched)
+        if repeat > 0:
+            records.append(PassRecord(run_id=run_id, engine="continuous", step=len(records),
+                                      kind=pass_kind(plan.new_tokens, plan.context_lens),
+                                      new_tokens=list(plan.new_tokens), context_lens=list(plan.context_lens),
+                                      start_s=start, duration_s=end - start, mode=launched.mode,
+                                      padded_to=launched.padded_to))
+        if progress is not None:
+            progress(i + 1, len(order))
+    return records

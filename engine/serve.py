@@ -1,0 +1,267 @@
+"""`python -m engine serve-trace`: open runs of the continuous engine.
+
+A trace is replayed in real time (each request joins when its arrival time comes; `--replay
+closed` hands every request over at t = 0) on the continuous engine, whose every pass the
+shared scheduler (`core.scheduler`) plans. Workloads: the seed's open workload (`--rates 1,3,5,7`:
+Poisson arrivals, prompts drawn from p16..p4096, 256 output tokens), or any trace `traces` loads
+(`--trace FILE` or a public trace's name, `--window START:END`, `--rate-scale`, `--limit`). A trace
+row carries lengths, not text: its prompt is the prompt source text's tokens (the text the seed's
+p16..p4096 are cut from, repeated when a prompt is longer), cut to the row's length.
+
+Each run (a rate, a rate scale or a policy of a list) writes `OUT/continuous/<run_id>/`
+(request records and pass records, as they happen) and a row in OUT/continuous/runs.jsonl and
+runs.csv: metrics from `core.metrics.compute_metrics`, the pass statistics, the configuration and
+where it ran. An interrupted run keeps what it wrote and its row says `interrupted`.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from core.cli import ArgumentParser
+from core.kv import BlockPool
+from core.metrics import compute_metrics, parse_goodput
+from core.roofline import GIB
+from core.runstore import OpenRunWriter, RunStore
+from core.scheduler import ORDERS, POLICIES, make_scheduler
+from engine.continuous import ModelRunner, Request, serve
+from engine.paged import PagedKVCache
+from engine.prompts import _source_ids
+from engine.provenance import provenance, resolve_device
+from engine.weights import load_model, parse_dtype
+from traces.download import resolve_trace
+from traces.generate import SEED_PROMPTS, fixed_prompts
+from traces.io import load_trace
+from traces.tools import shape_arrivals, window
+from traces.trace import Trace
+
+REPO = Path(__file__).resolve().parent.parent
+ACTIVATION_RESERVE_GIB = 8.0  # left free beside the KV cache: activations, graphs, cuBLAS workspace
+
+
+def prompt_tokens(n: int, checkpoint: str | None = None) -> list[int]:
+    """The first n tokens of the prompt source text, repeated as often as a long prompt needs."""
+    source = _source_ids(checkpoint)
+    reps = -(-n // len(source))
+    return list((source * reps)[:n])
+
+
+def requests_of(trace: Trace, vocab_size: int, checkpoint: str | None = None) -> list[Request]:
+    ids = trace.ids()
+    return [Request(ids[i], float(trace.arrival_s[i]),
+                    [t % vocab_size for t in prompt_tokens(int(trace.prompt_tokens[i]), checkpoint)],
+                    int(trace.output_tokens[i])) for i in range(len(trace))]
+
+
+def listed(kind):
+    def parse(text: str) -> list:
+        try:
+            return [kind(v) for v in text.split(",")]
+        except ValueError:
+            raise ValueError(f"expected comma-separated {kind.__name__} values, got {text!r}") from None
+    return parse
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m engine serve-trace", description=__doc__.split("\n\n")[0])
+    w = p.add_argument_group("workload (one of --rates and --trace)")
+    w.add_argument("--rates", type=listed(float), default=None,
+                   help="the seed's open workload at each of these rates (req/s), one run each, e.g. 1,3,5,7")
+    w.add_argument("--requests", type=int, default=None, help="seed workload: requests per rate (default 60)")
+    w.add_argument("--duration", type=float, default=None, help="seed workload: or seconds of arrivals per rate")
+    w.add_argument("--output-tokens", type=int, default=256, help="seed workload: tokens per request (256)")
+    w.add_argument("--trace", default=None, help="a trace file, or a public trace's name (azure-conv-2023)")
+    w.add_argument("--window", default=None, metavar="START:END", help="trace: only [START, END) seconds")
+    w.add_argument("--rate-scale", type=listed(float), default=[1.0],
+                   help="trace: replay this many times faster; a list makes one run each")
+    w.add_argument("--limit", type=int, default=None, help="only the first N requests")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--replay", choices=("realtime", "closed"), default="realtime",
+                   help="realtime: requests join at their arrival times; closed: all at t = 0")
+    s = p.add_argument_group("scheduler")
+    s.add_argument("--policy", type=listed(str), default=["continuous"],
+                   help=f"{' | '.join(POLICIES)}; a list makes one run each (default continuous)")
+    s.add_argument("--order", default="fcfs", choices=list(ORDERS))
+    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="token budget per pass (default: the policy's)")
+    s.add_argument("--max-model-len", type=int, default=None, help="default: the model's context")
+    s.add_argument("--block-size", type=int, default=16)
+    s.add_argument("--kv-gib", type=float, default=None,
+                   help=f"memory for the KV cache (default: what is free after loading, less {ACTIVATION_RESERVE_GIB:g} GiB)")
+    s.add_argument("--kv-blocks", type=int, default=None, help="or the KV cache size in blocks")
+    s.add_argument("--preemption", default="recompute", choices=("recompute", "swap"))
+    s.add_argument("--batch-size", type=int, default=8, help="static: requests per batch")
+    s.add_argument("--batch-timeout-s", type=float, default=0.5, help="static: longest wait for a full batch")
+    e = p.add_argument_group("engine")
+    e.add_argument("--model", default=None, help="preset (random weights) or checkpoint directory "
+                                                 "(default qwen2.5-1.5b on a GPU, tiny on the CPU)")
+    e.add_argument("--dtype", default="float16")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--kernels", choices=("triton", "eager"), default=None,
+                   help="fused Triton kernels (default on a GPU) or plain PyTorch (default on a CPU)")
+    e.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
+                   help="decode passes as CUDA graphs at padded batch buckets (auto: on a GPU with triton)")
+    e.add_argument("--overlap", choices=("on", "off"), default="on",
+                   help="plan and launch the next pass while the GPU runs this one (default on)")
+    e.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
+    e.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
+    e.add_argument("--name", default=None, help="a name for the runs (default: the workload's)")
+    return p
+
+
+def workloads(args, vocab: int, checkpoint: str | None) -> list[tuple[str, dict, Trace]]:
+    """(label, description, trace) of every run the arguments ask for (before the policy axis)."""
+    if (args.rates is None) == (args.trace is None):
+        raise ValueError("give one workload: --rates (the seed's open workload) or --trace")
+    out = []
+    if args.rates is not None:
+        if args.requests is not None and args.duration is not None:
+            raise ValueError("--requests and --duration: give one")
+        for rate in args.rates:
+            if not rate > 0:
+                raise ValueError(f"--rates: a rate must be positive, got {rate}")
+            n = None if args.duration is not None else (args.requests or 60)
+            trace = fixed_prompts(n, rate, SEED_PROMPTS, args.output_tokens, args.duration, args.seed)
+            out.append((f"seed-r{rate:g}", {"workload": "seed", "rate": rate, "rate_scale": None, "window": None},
+                        trace))
+        return out
+    trace = load_trace(resolve_trace(args.trace))
+    if args.window is not None:
+        try:
+            start, end = (float(v) for v in args.window.split(":"))
+        except ValueError:
+            raise ValueError(f"--window {args.window!r}: expected START:END in seconds") from None
+        trace = window(trace, start, end)
+    for scale in args.rate_scale:
+        if not scale > 0:
+            raise ValueError(f"--rate-scale: must be positive, got {scale}")
+        shaped = shape_arrivals(trace, None, scale, args.limit, args.seed)
+        label = f"{Path(str(args.trace)).stem[:24]}{'-w' + args.window.replace(':', '-') if args.window else ''}-x{scale:g}"
+        out.append((label, {"workload": str(args.trace), "rate": None, "rate_scale": scale, "window": args.window},
+                    shaped))
+    return out
+
+
+def pool_blocks(args, model, dtype, device) -> int:
+    block_size = args.block_size
+    if args.kv_blocks is not None:
+        return args.kv_blocks
+    if args.kv_gib is not None:
+        nbytes = args.kv_gib * GIB
+    elif device.type == "cuda":
+        nbytes = torch.cuda.mem_get_info(device)[0] - ACTIVATION_RESERVE_GIB * GIB
+    else:
+        nbytes = 1 * GIB
+    return PagedKVCache.blocks_that_fit(model.config, nbytes, block_size, dtype)
+
+
+def pass_stats(passes) -> dict:
+    """Mean batch size, padding, host time and the GPU's idle gaps between passes."""
+    if not passes:
+        return {}
+    gaps = [b.start_s - (a.start_s + a.duration_s) for a, b in zip(passes, passes[1:])]
+    decode = [p for p in passes if p.kind == "decode"]
+    return {"passes": len(passes), "mean_batch_size": statistics.fmean(p.batch_size for p in passes),
+            "decode_passes": len(decode),
+            "graph_passes": sum(p.mode == "graph" for p in passes),
+            "median_gap_us": statistics.median(gaps) * 1e6 if gaps else None,
+            "p90_gap_us": float(np.percentile(gaps, 90)) * 1e6 if gaps else None,
+            "median_host_us": statistics.median(p.host_s for p in passes) * 1e6,
+            "busy_fraction": sum(p.duration_s for p in passes) / max(1e-9, passes[-1].start_s + passes[-1].duration_s
+                                                                     - passes[0].start_s)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        device = resolve_device(args.device)
+        dtype = parse_dtype(args.dtype)
+        slos = parse_goodput(args.goodput)
+        kernels = args.kernels or ("triton" if device.type == "cuda" else "eager")
+        graphs = args.graphs == "on" or (args.graphs == "auto" and device.type == "cuda" and kernels == "triton")
+        if graphs and device.type != "cuda":
+            raise ValueError("--graphs on: CUDA graphs need a CUDA device")
+        for policy in args.policy:
+            if policy not in POLICIES:
+                raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        source = args.model or ("qwen2.5-1.5b" if device.type == "cuda" else "tiny")
+        checkpoint = source if Path(source).is_dir() else None
+        model, weights = load_model(source, dtype, device, seed=args.seed)
+        runs = workloads(args, model.config.vocab_size, checkpoint)
+        max_model_len = args.max_model_len or model.config.context_length
+        if max_model_len > model.config.context_length:
+            raise ValueError(f"--max-model-len {max_model_len} is past the model's context of "
+                             f"{model.config.context_length}")
+        num_blocks = pool_blocks(args, model, dtype, device)
+        if num_blocks < 1:
+            raise ValueError("--kv-gib / --kv-blocks: no room for a single KV block")
+        try:
+            cache = PagedKVCache(model.config, num_blocks, args.block_size, dtype, device)
+        except torch.cuda.OutOfMemoryError:
+            raise ValueError(f"a KV cache of {num_blocks} blocks does not fit in the GPU's memory; lower "
+                             f"--kv-gib") from None
+        for policy in args.policy:  # every scheduler must be buildable before anything runs
+            make_scheduler(policy, BlockPool(num_blocks, args.block_size), max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_model_len,
+                           order=args.order, preemption=args.preemption, batch_size=args.batch_size,
+                           batch_timeout_s=args.batch_timeout_s)
+        runner = ModelRunner(model, cache, args.max_num_seqs, kernels, graphs)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
+    store = RunStore(out / "continuous")
+    meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
+            "device": device.type, **provenance(device)}
+    print(f"model {source} ({weights} weights) on {meta['gpu']}, {num_blocks:,} KV blocks of {args.block_size}, "
+          f"kernels {kernels}{' + CUDA graphs' if graphs else ''}, overlap {args.overlap}; runs go to {store.root}")
+    interrupted = False
+    for (label, workload, trace), policy in itertools.product(runs, args.policy):
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        run_id = f"{args.name or label}-{policy}-{stamp}"
+        scheduler = make_scheduler(policy, BlockPool(num_blocks, args.block_size), max_num_seqs=args.max_num_seqs,
+                                   max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_model_len,
+                                   order=args.order, preemption=args.preemption, batch_size=args.batch_size,
+                                   batch_timeout_s=args.batch_timeout_s)
+        reqs = requests_of(trace, model.config.vocab_size, checkpoint)
+        writer = OpenRunWriter(store, run_id)
+        bar = tqdm(total=len(reqs), desc=run_id[:40], unit="req", file=sys.stderr, mininterval=1.0)
+
+        def progress(sched, done, total, bar=bar):
+            bar.n = done
+            bar.set_postfix_str(f"running {len(sched.running)}, waiting {len(sched.waiting)}, "
+                                f"KV {sched.kv.used_blocks()}/{sched.kv.num_blocks}", refresh=False)
+            bar.refresh() if done == total else None
+
+        result = serve(reqs, scheduler, runner, run_id=run_id, overlap=args.overlap == "on",
+                       realtime=args.replay == "realtime", on_request=writer.request, on_pass=writer.pass_done,
+                       progress=progress)
+        bar.close()
+        writer.close()
+        metrics = compute_metrics(result.requests, slos)
+        row = {"run_id": run_id, "engine": "continuous", "policy": policy, **workload, "replay": args.replay,
+               "requests": len(reqs), "status": "interrupted" if result.interrupted else "ok",
+               "overlap": args.overlap == "on", "kernels": kernels, "graphs": graphs,
+               "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+               "max_model_len": max_model_len, "block_size": args.block_size, "kv_blocks": num_blocks,
+               "preemption": args.preemption, "order": args.order, "wall_s": result.wall_s,
+               **metrics.as_row(), **pass_stats(result.passes), **meta}
+        store.append_row(row)
+        print(f"{run_id}: {metrics.completed} done, {metrics.rejected} rejected, "
+              f"{metrics.output_throughput:,.0f} tok/s, TTFT p50 {metrics.ttft.median * 1e3:.1f} ms "
+              f"p99 {metrics.ttft.percentiles.get(99.0, float('nan')) * 1e3:.1f} ms, TPOT p50 "
+              f"{metrics.tpot.median * 1e3:.2f} ms, mean batch {row.get('mean_batch_size', 0):.1f}, "
+              f"GPU idle between passes p50 {row.get('median_gap_us') or 0:.0f} us"
+              f"{' (interrupted)' if result.interrupted else ''}")
+        if result.interrupted:
+            interrupted = True
+            break
+    return 130 if interrupted else 0

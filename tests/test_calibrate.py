@@ -1,0 +1,136 @@
+"""Calibration: the fit recovers known parameters, errors are reported on held-out shapes, bad
+pass logs are refused, and a sweep on the CPU writes the records the fit reads."""
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.__main__ import main
+from calibrate.fit import constants, error_table, fit_params, held_out, group_of, predict, Features
+from calibrate.sweep import default_shapes
+from core.config import get_preset
+from core.records import PassRecord, pass_kind
+from core.runstore import RunStore
+from sim.cost import FORMAT, CalibratedCost, parse_cost
+
+MODEL = get_preset("qwen2.5-1.5b")
+BUCKETS = [1, 2, 4] + list(range(8, 513, 8))
+TRUE = {"decode1": {"launch_s": 4e-5, "weight_gbs": 2600.0, "kv_gbs": 1500.0},
+        "decode": {"launch_s": 4e-5, "weight_gbs": 1850.0, "matmul_tflops": 520.0, "kv_gbs": 2400.0,
+                   "per_seq_s": 1.5e-6},
+        "prefill": {"launch_s": 9e-4, "weight_gbs": 1700.0, "matmul_tflops": 520.0, "kv_gbs": 2000.0,
+                    "attention_tflops": 280.0, "per_seq_s": 4e-6}}
+
+
+def synthetic_passes(params=TRUE, noise=0.0, repeats=2, seed=0):
+    """Passes of the sweep's shapes timed by a known model (and some noise)."""
+    cost = CalibratedCost({"format": FORMAT, "model": MODEL.name, "graph_buckets": BUCKETS, "constants": constants(MODEL),
+                           "parameters": params})
+    rng = np.random.default_rng(seed)
+    passes = []
+    for shape in default_shapes(512, 16384, seed=seed):
+        new, ctx = [n for _, n in shape.seqs], [c for c, _ in shape.seqs]
+        for _ in range(repeats):
+            d = cost.pass_time(new, ctx) * (1 + noise * rng.standard_normal())
+            passes.append(PassRecord(run_id="sweep-x", engine="continuous", step=len(passes), kind=pass_kind(new, ctx),
+                                     new_tokens=new, context_lens=ctx, start_s=0.0, duration_s=d))
+    return passes
+
+
+def test_the_fit_recovers_known_parameters_within_1_percent():
+    params = fit_params(synthetic_passes(), constants(MODEL), BUCKETS)
+    for regime, values in TRUE.items():
+        for name, value in values.items():
+            assert params[regime][name] == pytest.approx(value, rel=0.01), (regime, name)
+
+
+def test_held_out_shapes_are_whole_groups_and_the_error_table_reads_them():
+    passes = synthetic_passes(noise=0.01)
+    split = ["held-out" if held_out(group_of(p), BUCKETS) else "fitted" for p in passes]
+    by_group = {}
+    for p, s in zip(passes, split):
+        by_group.setdefault(group_of(p), set()).add(s)
+    assert all(len(s) == 1 for s in by_group.values())  # never a group on both sides
+    assert 0.15 < split.count("held-out") / len(split) < 0.6
+    train = [p for p, s in zip(passes, split) if s == "fitted"]
+    params = fit_params(train, constants(MODEL), BUCKETS)
+    rows = error_table(passes, predict(params, constants(MODEL), Features.of(passes, BUCKETS)), split)
+    kinds = {(r.kind, r.split) for r in rows}
+    assert {("decode", "held-out"), ("prefill", "held-out"), ("mixed", "held-out")} <= kinds
+    for r in rows:  # 1% noise: about 0.8% mean absolute error, no group far off
+        assert r.mape < 0.02 and abs(r.signed_median) < 0.01 and r.worst_group_mape < 0.05
+    # and by hand, for one row
+    sel = [(p, q) for p, q, s in zip(passes, predict(params, constants(MODEL), Features.of(passes, BUCKETS)), split)
+           if p.kind == "decode" and s == "held-out"]
+    mape = np.mean([abs(q / p.duration_s - 1) for p, q in sel])
+    row = next(r for r in rows if (r.kind, r.split) == ("decode", "held-out"))
+    assert row.passes == len(sel) and row.mape == pytest.approx(mape)
+
+
+def test_missing_shapes_are_named():
+    passes = [p for p in synthetic_passes() if len(p.new_tokens) < 256 or p.kind != "decode"]
+    with pytest.raises(ValueError, match="decode batches of 256 or more"):
+        fit_params(passes, constants(MODEL), BUCKETS)
+    with pytest.raises(ValueError, match="too few passes to fit the decode1 regime"):
+        fit_params([p for p in synthetic_passes() if len(p.new_tokens) > 1], constants(MODEL), BUCKETS)
+
+
+def write_sweep(root, passes, **row):
+    store = RunStore(root / "calibration")
+    meta = {"run_id": "sweep-x", "engine": "continuous", "kind": "sweep", "model": MODEL.name, "gpu": "NVIDIA H200",
+            "dtype": "float16", "git_commit": "abc", "torch": "2.11", "block_size": 16, "graph_buckets": BUCKETS}
+    store.write_run("sweep-x", passes, [], meta | row)
+    return store
+
+
+def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypatch):
+    store = write_sweep(tmp_path, synthetic_passes(noise=0.005))
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out" in out and "matmul" in out and "TFLOP/s" in out and "the roofline alone" in out
+    doc = json.loads((store.root / "h200.json").read_text())
+    assert doc["format"] == FORMAT and doc["sweep"] == "sweep-x" and doc["engine_commit"] == "abc"
+    assert {e["kind"] for e in doc["error"]} == {"decode", "prefill", "mixed"}
+    assert (store.root / "h200-errors.csv").exists() and (store.root / "h200-residuals.png").stat().st_size > 1000
+    monkeypatch.setattr("sim.cost.CALIBRATIONS", store.root)
+    cost, gpu = parse_cost("calibrated:h200")
+    assert gpu.name == "NVIDIA H200"
+    assert cost.pass_time([1], [500]) == pytest.approx(CalibratedCost(doc).pass_time([1], [500]))
+    projected, a10 = parse_cost("calibrated:h200@a10")
+    assert a10.name == "NVIDIA A10" and projected.pass_time([1], [500]) > 4 * cost.pass_time([1], [500])
+
+
+@pytest.mark.parametrize("row, args, message", [
+    ({"engine": "batched"}, [], "timed the 'batched' engine"),
+    ({}, ["--model", "tiny"], "timed 'qwen2.5-1.5b', not --model 'tiny'"),
+    ({}, ["--gpu", "a10"], "ran on 'NVIDIA H200', not --gpu a10"),
+    ({}, ["--sweep", "sweep-y"], "no such sweep"),
+])
+def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys, row, args, message):
+    write_sweep(tmp_path, synthetic_passes(), **row)
+    assert main(["fit", "--results", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_damaged_pass_log_names_the_line(tmp_path, capsys):
+    store = write_sweep(tmp_path, synthetic_passes())
+    import gzip
+    path = store.run_dir("sweep-x") / "passes.jsonl.gz"
+    data = gzip.decompress(path.read_bytes()).decode().splitlines()
+    data[5] = data[5][:30]
+    path.write_bytes(gzip.compress(("\n".join(data) + "\n").encode()))
+    with pytest.warns(UserWarning, match=r"passes.jsonl.gz:6: not valid JSON"):
+        assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 0
+
+
+def test_a_sweep_on_the_cpu_times_every_shape(tmp_path):
+    pytest.importorskip("torch", reason="the sweep runs the engine")
+    assert main(["sweep", "--device", "cpu", "--max-batch", "3", "--max-context", "128", "--repeats", "2",
+                 "--out", str(tmp_path)]) == 0
+    store = RunStore(tmp_path / "calibration")
+    row, = store.rows()
+    passes = store.passes(row["run_id"])
+    assert row["kind"] == "sweep" and row["engine"] == "continuous" and len(passes) == row["shapes"] * 2
+    assert {p.kind for p in passes} == {"decode", "prefill", "mixed"}
+    assert all(p.duration_s > 0 and p.mode == "eager" for p in passes)
+    assert max(len(p.new_tokens) for p in passes if p.kind == "decode") == 3
