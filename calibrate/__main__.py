@@ -85,6 +85,7 @@ def sweep_main(argv: list[str]) -> int:
     row = {"run_id": run_id, "engine": "continuous", "kind": "sweep", "shapes": len(shapes), "repeats": args.repeats,
            "passes": len(passes), "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
+           "token_buckets": runner.fast.token_buckets if graphs else [],
            "kv_blocks": blocks, "wall_s": time.perf_counter() - wall, **meta}
     store.write_run(run_id, passes, [], row)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
@@ -92,8 +93,8 @@ def sweep_main(argv: list[str]) -> int:
 
 
 def fit_main(argv: list[str]) -> int:
-    from calibrate.fit import (calibration_file, constants, error_table, fit_params, format_errors, format_params,
-                               held_out, mape, predict, roofline_prior_error, Features)
+    from calibrate.fit import (Features, calibration_file, constants, error_table, fit_params, format_errors,
+                               format_params, group_of, held_out, mape, predict, roofline_prior_error)
     from calibrate.replay import replay_runs
 
     p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
@@ -123,29 +124,29 @@ def fit_main(argv: list[str]) -> int:
                              f"({get_gpu(args.gpu).name})")
         passes = store.passes(row["run_id"])
         model = get_preset(row["model"])
-        buckets = row["graph_buckets"] or []
+        buckets, token_buckets = row["graph_buckets"] or [], row.get("token_buckets") or []
         c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
-        split = ["held-out" if held_out(group, buckets) else "fitted" for group in map(_group, passes)]
+        split = ["held-out" if held_out(group_of(q), buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
-        params_train = fit_params(train, c, buckets)
-        errors = error_table(passes, predict(params_train, c, Features.of(passes, buckets)), split)
-        params = fit_params(passes, c, buckets)
-        in_sample = mape(predict(params, c, Features.of(passes, buckets)), [q.duration_s for q in passes])
+        features = Features.of(passes, buckets, token_buckets)
+        params_train = fit_params(train, c, buckets, token_buckets)
+        errors = error_table(passes, predict(params_train, c, features), split)
+        params = fit_params(passes, c, buckets, token_buckets)
+        in_sample = mape(predict(params, c, features), [q.duration_s for q in passes])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from sim.cost import CalibratedCost, _gpu_preset_of
-    gpu_spec = _gpu_preset_of(row["gpu"])
+    from sim.cost import CalibratedCost, gpu_preset
+    preset, gpu_spec = gpu_preset(row["gpu"])
     prior = roofline_prior_error(passes, model, gpu_spec) if gpu_spec else []
-    name = args.name or (next((k for k, v in __import__("core.roofline").roofline.GPUS.items() if v is gpu_spec), None)
-                         or "gpu")
+    name = args.name or preset or "gpu"
     meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
             "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
             "block_size": row["block_size"], "fitted_on": len(passes), "in_sample_mape": in_sample,
             "held_out_fit": {"parameters": params_train}}
-    cost = CalibratedCost(calibration_file(params, c, meta, buckets, errors, prior, []))
+    cost = CalibratedCost(calibration_file(params, c, meta, buckets, token_buckets, errors, prior, []))
     replays = replay_runs(results, cost, row["gpu"], row["model"])
-    doc = calibration_file(params, c, meta, buckets, errors, prior, replays)
+    doc = calibration_file(params, c, meta, buckets, token_buckets, errors, prior, replays)
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)
@@ -162,16 +163,10 @@ def fit_main(argv: list[str]) -> int:
               + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else ""))
     if not args.no_charts:
         from calibrate.charts import residual_charts
-        for path in residual_charts(passes, predict(params_train, c, Features.of(passes, buckets)), split,
-                                    store.root, name):
+        for path in residual_charts(passes, predict(params_train, c, features), split, store.root, name):
             print(f"chart: {path}")
     print(f"written {out}")
     return 0
-
-
-def _group(p):
-    from calibrate.fit import group_of
-    return group_of(p)
 
 
 def _write_errors_csv(path: Path, errors) -> None:

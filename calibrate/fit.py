@@ -92,13 +92,14 @@ class Features:
     seconds: np.ndarray
 
     @classmethod
-    def of(cls, passes: list[PassRecord], buckets: list[int]) -> "Features":
+    def of(cls, passes: list[PassRecord], buckets: list[int], token_buckets: list[int] = ()) -> "Features":
         regime, m, kv, pairs, seqs, sec = [], [], [], [], [], []
         for p in passes:
             r = regime_of(p)
             s = len(p.new_tokens)
             regime.append(REGIMES.index(r))
-            m.append(1 if r == "decode1" else bucket(s, buckets) if r == "decode" else sum(p.new_tokens))
+            m.append(1 if r == "decode1" else bucket(s, buckets) if r == "decode" else
+                     bucket(sum(p.new_tokens), token_buckets))
             kv.append(sum(c + n for c, n in zip(p.context_lens, p.new_tokens)))
             pairs.append(sum(n * (2 * c + n + 1) for c, n in zip(p.context_lens, p.new_tokens)) / 2)
             seqs.append(s)
@@ -167,10 +168,10 @@ def check_coverage(passes: list[PassRecord]) -> None:
             raise ValueError(f"the {r} regime's terms cannot be told apart: the passes lack {need}")
 
 
-def fit_params(passes: list[PassRecord], c: dict, buckets: list[int]) -> dict:
+def fit_params(passes: list[PassRecord], c: dict, buckets: list[int], token_buckets: list[int] = ()) -> dict:
     """The parameters minimising the passes' relative error (a few starts, the best kept)."""
     check_coverage(passes)
-    f = Features.of(passes, buckets)
+    f = Features.of(passes, buckets, token_buckets)
 
     def residuals(theta):
         return predict(unpack(theta), c, f) / f.seconds - 1.0
@@ -213,9 +214,10 @@ def error_table(passes: list[PassRecord], predicted: np.ndarray, split: list[str
     return rows
 
 
-def calibration_file(params: dict, c: dict, meta: dict, buckets: list[int], errors: list[ErrorRow],
-                     prior: list[dict], replays: list[dict]) -> dict:
-    return {"format": FORMAT, **meta, "graph_buckets": buckets, "constants": c, "parameters": params,
+def calibration_file(params: dict, c: dict, meta: dict, buckets: list[int], token_buckets: list[int],
+                     errors: list[ErrorRow], prior: list[dict], replays: list[dict]) -> dict:
+    return {"format": FORMAT, **meta, "graph_buckets": buckets, "token_buckets": token_buckets, "constants": c,
+            "parameters": params,
             "units": {name: unit for name, (unit, _) in PARAMETERS.items()},
             "error": [e.__dict__ for e in errors], "roofline_prior_error": prior, "replays": replays}
 

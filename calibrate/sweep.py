@@ -100,6 +100,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     rng = np.random.default_rng(seed)
     with torch.no_grad():
         cache.storage.normal_(0.0, 1.0)
+    runner.clock.zero()
     order = [(s, r) for s in shapes for r in range(repeats + 1)]
     random.Random(seed).shuffle(order)
     order.sort(key=lambda item: item[1] > 0)  # warm-ups first, so that every timed pass finds its kernels ready

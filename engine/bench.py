@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     setup.max_batch = max(sizes)
     setup.max_tokens = max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens
     print(f"model {source} ({weights} weights, {meta['dtype']}) on {meta['gpu']}, torch {meta['torch']}, "
-          f"commit {meta['git_commit']}, decode {setup.mode}; rows go to {out_dir / args.engine}")
+          f"commit {meta['git_commit']}, decode {setup.mode}; rows go to "
+          f"{out_dir / STORE_NAMES.get(args.engine, args.engine)}")
     print(f"{'':>8} {'':>6} {'':<7} {'mean / median over the recorded runs':>40}")
     total = len(prompts) * len(sizes) * (args.warmup + args.runs)
     with tqdm(total=total, desc=f"{args.engine}", unit="run", file=sys.stderr) as bar:

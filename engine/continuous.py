@@ -178,6 +178,8 @@ class ModelRunner:
         rows, src = host.from_previous
         if self.fast is not None and self.fast.can_replay(host):
             sampled, mode, padded = self.fast.replay_decode(host, previous.sampled if len(rows) else None)
+        elif self.fast is not None and self.fast.can_replay_prefill(host):
+            sampled, mode, padded = self.fast.replay_prefill(host, previous.sampled if len(rows) else None)
         else:
             batch = self.to_device(host)
             if len(rows):

@@ -6,8 +6,12 @@ decode attention through block tables for the sequences that decode, flash-style
 attention for prompts and prompt chunks (on top of cached context), both in one pass when it is
 mixed. `forward` launches a pass kernel by kernel (any pass); decode passes replay CUDA graphs
 captured at padded batch buckets (1, 2, 4, then multiples of 8, as vLLM), largest first into one
-memory pool, batch 1 on the fused batch-1 kernels. A graph's inputs are static buffers the host
-fills before each replay; its padding rows write nothing into the cache and attend to nothing.
+memory pool, batch 1 on the fused batch-1 kernels. Prefill and mixed passes of up to 8,192
+tokens replay graphs too, their tokens padded to a power of two and their sequences to one
+(chunk attention for every row, a decode being a one-token chunk): on a slow host the hundreds of
+launches of such a pass cost more than the GPU's work. A graph's inputs are static buffers the
+host fills before each replay; its padding rows write nothing into the cache and attend to
+nothing, its padding sequences own no rows.
 """
 from __future__ import annotations
 
@@ -32,6 +36,21 @@ def graph_buckets(max_batch: int) -> list[int]:
     return sorted(set(sizes))
 
 
+def powers_of_two(low: int, high: int) -> list[int]:
+    """low, 2 low, 4 low, ... up to the first that reaches high."""
+    out = [low]
+    while out[-1] < high:
+        out.append(out[-1] * 2)
+    return out
+
+
+def bucket_of(n: int, buckets: list[int]) -> int:
+    return next(b for b in buckets if b >= n)
+
+
+PREFILL_GRAPH_TOKENS = 8192  # prefill and mixed passes of more tokens launch kernel by kernel (GPU-bound anyway)
+
+
 class PagedFastPath:
     """Passes of one model over one paged cache, for batches of up to `max_batch` sequences."""
 
@@ -49,7 +68,10 @@ class PagedFastPath:
         self.attention = PagedDecodeAttention(max_batch, *shape)
         self.attention_b1 = PagedDecodeAttention(1, *shape, pdl=pdl)  # in the batch-1 kernels' PDL chain
         self.buckets = graph_buckets(max_batch)
+        self.token_buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)
+        self.seq_buckets = powers_of_two(1, max_batch)
         self.graphs: dict[int, _Graph] = {}
+        self.prefill_graphs: dict[tuple[int, int], _Graph] = {}
         if graphs or static_decode:
             self.capture(graphs)
 
@@ -91,23 +113,47 @@ class PagedFastPath:
     # ------------------------------------------------------------------ decode passes as CUDA graphs
 
     def capture(self, use_graphs: bool = True) -> None:
-        """Static input buffers for the largest bucket, and a graph per bucket, largest first,
+        """Static input buffers for the largest shapes, and a graph per bucket, largest first,
         sharing one memory pool (with `use_graphs` False, the same steps run uncaptured)."""
-        n, width = self.max_batch, -(-min(self.config.context_length, self.cache.num_blocks * self.cache.block_size)
-                                     // self.cache.block_size)
-        dev = self.device
+        n, dev = self.max_batch, self.device
+        width = -(-min(self.config.context_length, self.cache.num_blocks * self.cache.block_size) // self.cache.block_size)
         self.s_tokens = torch.zeros(n, dtype=torch.long, device=dev)
         self.s_positions = torch.zeros(n, dtype=torch.long, device=dev)
         self.s_slots = torch.full((n,), -1, dtype=torch.long, device=dev)
         self.s_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.s_tables = torch.zeros((n, width), dtype=torch.int32, device=dev)
         self.s_out = torch.zeros(n, dtype=torch.long, device=dev)
+        tokens, seqs = self.token_buckets[-1], self.seq_buckets[-1]
+        self.p_tokens = torch.zeros(tokens, dtype=torch.long, device=dev)
+        self.p_positions = torch.zeros(tokens, dtype=torch.long, device=dev)
+        self.p_slots = torch.full((tokens,), -1, dtype=torch.long, device=dev)
+        self.p_tables = torch.zeros((seqs, width), dtype=torch.int32, device=dev)
+        self.p_query_start = torch.zeros(seqs + 1, dtype=torch.int32, device=dev)
+        self.p_context = torch.zeros(seqs, dtype=torch.int32, device=dev)
+        self.p_sample = torch.zeros(seqs, dtype=torch.long, device=dev)
+        self.p_out = torch.zeros(seqs, dtype=torch.long, device=dev)
         pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        for t in sorted(self.token_buckets, reverse=True):
+            for q in sorted((q for q in self.seq_buckets if q <= t), reverse=True):
+                self.prefill_graphs[t, q] = _Graph(lambda t=t, q=q: self.prefill_step(t, q), use_graphs, pool)
         for b in sorted(self.buckets, reverse=True):
             self.graphs[b] = _Graph(lambda b=b: self.decode_step(b), use_graphs, pool)
         if use_graphs:
             torch.cuda.synchronize()
         self.mode = "graph" if use_graphs else "static"
+
+    def prefill_step(self, t: int, q: int) -> Tensor:
+        """A prefill or mixed pass of the first t rows and q sequences of the static buffers
+        (captured as a graph): chunk attention for every row."""
+        c = self.config
+        h = self.fast.embed[self.p_tokens[:t]]
+        qs = torch.empty(t, c.num_attention_heads, c.head_dim, dtype=h.dtype, device=h.device)
+        out = torch.empty(t, c.num_attention_heads * c.head_dim, dtype=h.dtype, device=h.device)
+        chunk = (self.p_query_start[:q + 1], self.p_context[:q], t)
+        h = self.fast.run_layers(h, lambda i, qkv: self.attend(i, qkv, qs, out, self.p_positions[:t], self.p_slots[:t],
+                                                               self.p_tables[:q], None, 0, chunk))
+        torch.argmax(self.fast._logits(h[self.p_sample[:q]]), dim=-1, out=self.p_out[:q])
+        return self.p_out
 
     def decode_step(self, b: int) -> Tensor:
         """The decode pass of the first b rows of the static buffers (captured as a graph)."""
@@ -129,8 +175,31 @@ class PagedFastPath:
     def can_replay(self, host) -> bool:
         return bool(self.graphs) and host.num_decode == host.num_seqs <= self.max_batch
 
+    def can_replay_prefill(self, host) -> bool:
+        return bool(self.prefill_graphs) and len(host.tokens) <= self.token_buckets[-1] and \
+            host.num_seqs <= self.seq_buckets[-1]
+
     def bucket(self, batch: int) -> int:
         return next(b for b in self.buckets if b >= batch)
+
+    def stage(self, parts: list[np.ndarray]) -> list[Tensor]:
+        """Host arrays onto the device in one copy (from pinned memory on a GPU): their views."""
+        packed = torch.from_numpy(np.concatenate(parts).astype(np.int64))
+        if self.device.type == "cuda":
+            packed = packed.pin_memory().to(self.device, non_blocking=True)
+        views, at = [], 0
+        for a in parts:
+            views.append(packed[at:at + a.size])
+            at += a.size
+        return views
+
+    @staticmethod
+    def take_previous(tokens: Tensor, index: Tensor, previous: Tensor | None) -> None:
+        """Rows whose token is the previous pass's sample, still on the GPU: `index` holds the
+        rows, then the rows of the previous pass's samples."""
+        if index.numel():
+            half = index.numel() // 2
+            tokens[index[:half]] = previous[index[half:]]
 
     def replay_decode(self, host, previous: Tensor | None) -> tuple[Tensor, str, int]:
         """Fill the static buffers with a decode pass's rows (padding after them), take the tokens
@@ -138,27 +207,41 @@ class PagedFastPath:
         sampled tokens (a view of the static output: read it before the next replay), the mode
         and the padded batch."""
         B = host.num_seqs
-        b = self.bucket(B)
+        b = bucket_of(B, self.buckets)
         width = host.block_tables.shape[1]
-        rows, src = host.from_previous
-        staged = np.zeros(4 * b + B * width + 2 * len(rows), np.int64)
-        staged[:B] = host.tokens
-        staged[b:b + B] = host.positions
-        staged[2 * b:3 * b] = -1
-        staged[2 * b:2 * b + B] = host.slots
-        staged[3 * b:3 * b + B] = host.seq_lens
-        staged[4 * b:4 * b + B * width] = host.block_tables.ravel()
-        staged[4 * b + B * width:] = np.concatenate([rows, src])
-        dev = torch.from_numpy(staged)
-        if self.device.type == "cuda":
-            dev = dev.pin_memory().to(self.device, non_blocking=True)
-        self.s_tokens[:b].copy_(dev[:b])
-        self.s_positions[:b].copy_(dev[b:2 * b])
-        self.s_slots[:b].copy_(dev[2 * b:3 * b])
-        self.s_lens[:b].copy_(dev[3 * b:4 * b])
-        self.s_tables[:B, :width].copy_(dev[4 * b:4 * b + B * width].view(B, width))
-        if len(rows):
-            idx = dev[4 * b + B * width:]
-            self.s_tokens[idx[:len(rows)]] = previous[idx[len(rows):]]
+        pad = np.zeros(b - B, np.int64)
+        tokens, positions, slots, lens, tables, index = self.stage([
+            np.concatenate([host.tokens, pad]), np.concatenate([host.positions, pad]),
+            np.concatenate([host.slots, pad - 1]), np.concatenate([host.seq_lens, pad]), host.block_tables.ravel(),
+            np.concatenate(host.from_previous)])
+        self.s_tokens[:b].copy_(tokens)
+        self.s_positions[:b].copy_(positions)
+        self.s_slots[:b].copy_(slots)
+        self.s_lens[:b].copy_(lens)
+        self.s_tables[:B, :width].copy_(tables.view(B, width))
+        self.take_previous(self.s_tokens, index, previous)
         sampled = self.graphs[b]()
         return sampled[:B], self.mode, b
+
+    def replay_prefill(self, host, previous: Tensor | None) -> tuple[Tensor, str, int]:
+        """The same for a prefill or mixed pass: rows padded to a power of two (padding rows
+        belong to no sequence), sequences too (padding sequences own no rows)."""
+        N, S = len(host.tokens), host.num_seqs
+        t, q = bucket_of(N, self.token_buckets), bucket_of(S, self.seq_buckets)
+        width = host.block_tables.shape[1]
+        rows, seqs = np.zeros(t - N, np.int64), np.zeros(q - S, np.int64)
+        tokens, positions, slots, tables, starts, context, sample, index = self.stage([
+            np.concatenate([host.tokens, rows]), np.concatenate([host.positions, rows]),
+            np.concatenate([host.slots, rows - 1]), host.block_tables.ravel(),
+            np.concatenate([host.query_start, seqs + N]), np.concatenate([host.context_lens, seqs]),
+            np.concatenate([host.sample_rows, seqs]), np.concatenate(host.from_previous)])
+        self.p_tokens[:t].copy_(tokens)
+        self.p_positions[:t].copy_(positions)
+        self.p_slots[:t].copy_(slots)
+        self.p_tables[:S, :width].copy_(tables.view(S, width))
+        self.p_query_start[:q + 1].copy_(starts)
+        self.p_context[:q].copy_(context)
+        self.p_sample[:q].copy_(sample)
+        self.take_previous(self.p_tokens, index, previous)
+        sampled = self.prefill_graphs[t, q]()
+        return sampled[:S], self.mode, t

@@ -126,7 +126,7 @@ class CalibratedCost:
               + S * per_seq_s
 
     M: tokens through the projections (the padded batch for `decode`, 1 for `decode1`, the
-    tokens of the pass for `prefill`); kv_read: positions of cache attended (sum of context +
+    tokens of the pass for `prefill`, padded to the token bucket of its graph when it has one); kv_read: positions of cache attended (sum of context +
     new tokens); attention_pairs: query-key pairs (causal within a chunk); S: sequences. The
     constants (weight bytes, FLOPs per token, KV bytes per token, attention FLOPs per pair) come
     from the model's shape; the parameters, per regime, from the fit. A parameter of 0 (or
@@ -138,6 +138,7 @@ class CalibratedCost:
         self.model, self.gpu = d["model"], d.get("gpu", "")
         self.free_gib, self.kv_blocks = d.get("free_gib"), d.get("kv_blocks")
         self.buckets = sorted(int(b) for b in d.get("graph_buckets", []))
+        self.token_buckets = sorted(int(b) for b in d.get("token_buckets", []))
         c = d["constants"]
         self.weight_bytes, self.flops_per_token = float(c["weight_bytes"]), float(c["flops_per_token"])
         self.kv_bytes, self.pair_flops = float(c["kv_bytes_per_token"]), float(c["attention_flops_per_pair"])
@@ -176,7 +177,7 @@ class CalibratedCost:
         for n, c in zip(new_tokens, context_lens):
             kv_read += c + n
             pairs += n * (2 * c + n + 1)  # twice the causal query-key pairs
-        m = seqs if regime != "prefill" else sum(new_tokens)
+        m = seqs if regime != "prefill" else bucket(sum(new_tokens), self.token_buckets)
         if regime == "decode":
             m = bucket(seqs, self.buckets)
         return sum(self.terms(regime, m, kv_read, pairs / 2, seqs))
@@ -297,7 +298,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
             known = ", ".join(sorted(p.stem for p in CALIBRATIONS.glob("*.json"))) or "none"
             raise ValueError(f"--cost {spec!r}: no calibration named {name!r} (known: {known})")
         cost = CalibratedCost.from_json(path, model)
-        measured_on = _gpu_preset_of(cost.gpu)
+        measured_on = gpu_preset(cost.gpu)[1]
         if not at:
             return cost, measured_on
         gpu = get_gpu(target)
@@ -307,18 +308,15 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         return cost.projected(gpu, measured_on), gpu
     if spec.endswith(".json") or Path(spec).exists():
         cost = CalibratedCost.from_json(spec, model)
-        return cost, _gpu_preset_of(cost.gpu)
+        return cost, gpu_preset(cost.gpu)[1]
     raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
                      f"calibration .json file")
 
 
-def _gpu_preset_of(name: str) -> GPUSpec | None:
-    """The measured preset of a GPU named as torch names it ("NVIDIA H200"), if there is one."""
+def gpu_preset(name: str) -> tuple[str | None, GPUSpec | None]:
+    """The preset (its key and spec) of a GPU named as torch names it ("NVIDIA H200"): the
+    measured one when there is one; (None, None) when no preset describes it."""
     from core.roofline import GPUS
-    for spec in GPUS.values():
-        if spec.name == name and spec.source.startswith("measured"):
-            return spec
-    for spec in GPUS.values():
-        if spec.name == name:
-            return spec
-    return None
+    named = [(k, v) for k, v in GPUS.items() if v.name == name]
+    measured = [(k, v) for k, v in named if v.source.startswith("measured")]
+    return (measured or named or [(None, None)])[0]

@@ -88,13 +88,17 @@ def test_the_graph_paths_static_buffers_give_the_same_tokens(model, reference):
     from test_fast_path import TINY_TILES
     cache = PagedKVCache(model.config, 200, BLOCK, torch.float32, "cpu")
     runner = ModelRunner(model, cache, max_num_seqs=6, kernels="triton", b1_tiles=TINY_TILES, static_decode=True)
-    for reqs in (requests(1), requests(3)):
-        sched = ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)
+    for reqs, sched in ((requests(1), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),
+                        (requests(3), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),
+                        (requests(5), ChunkedPrefill(BlockPool(200, BLOCK), max_num_seqs=6, max_num_batched_tokens=16,
+                                                     max_model_len=64))):
         res = serve(reqs, sched, runner, realtime=False)
         assert res.tokens == {k: v for k, v in reference.items() if k in res.tokens} and len(res.tokens) == len(reqs)
-        decodes = [p for p in res.passes if p.kind == "decode"]
-        assert decodes and all(p.mode == "static" and p.padded_to >= p.batch_size for p in decodes)
+        assert all(p.mode == "static" and p.padded_to >= (p.batch_size if p.kind == "decode" else p.num_tokens)
+                   for p in res.passes)
+    assert {p.kind for p in res.passes} == {"prefill", "decode", "mixed"}
     assert {p.padded_to for p in res.passes if p.kind == "decode"} >= {4}  # 3 rows padded to the bucket of 4
+    assert {p.padded_to for p in res.passes if p.kind != "decode"} >= {32}  # prompt rows padded to 32
 
 
 def test_a_request_over_max_model_len_is_rejected_and_the_run_goes_on(model, reference):

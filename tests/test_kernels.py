@@ -136,11 +136,12 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
 @pytest.mark.parametrize("block_size,split", [(4, 32), (16, None), (32, 64), (16, 512)])
 def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtype, block_size, split):
     """Lengths 1, one block, a block and one, two slices and one position, 300, and a padding row
-    of length 0; slices of 32 or 64 positions to merge, the heuristic's (64 for this small batch),
-    or one slice for the whole context. Row 6 is past the launched batch."""
+    of length 0; slices of 32 or 64 positions to merge, the default (each sequence's own length
+    in up to 16 slices of whole 32-position blocks), or one slice for the whole context. Row 6 is
+    past the launched batch."""
     heads, kv_heads, D, max_len, B = 6, 2, 32, 320, 6
     attn = PagedDecodeAttention(B + 1, heads, kv_heads, D, max_len, block_size, DEVICE, split=split, block_n=32)
-    lens = [1, block_size, block_size + 1, 0, min(2 * attn.split_for(B) + 1, 257), 300]
+    lens = [1, block_size, block_size + 1, 0, min(2 * (attn.split_for(B) or 64) + 1, 257), 300]
     kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, block_size, dtype)
     q = torch.randn(B, heads, D, dtype=dtype, device=DEVICE)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
@@ -162,13 +163,13 @@ def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtyp
 
 
 def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
-    """The split follows the launched batch (sliced when the batch is small, whole when it fills
-    the GPU); the partials fit the largest batch that still slices."""
+    """The slices follow the launched batch (16 of each sequence's own context when the batch is
+    small, one when it fills the GPU); the partials fit the largest batch that still slices."""
     attn = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu")
-    assert attn.split_for(1) == 256 and attn.split_for(63) == 256 and attn.split_for(64) == 4096
-    assert attn.m.numel() == 63 * 12 * (4096 // 256)
-    dense = DecodeAttention(1, 12, 2, 128, 4096, "cpu")
-    assert dense.split == attn.split_for(1) and dense.splits == 4096 // 256
+    assert attn.slices_for(1) == 16 and attn.slices_for(63) == 16 and attn.slices_for(64) == 1
+    assert attn.m.numel() == 63 * 12 * 16
+    fixed = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu", split=256)
+    assert fixed.slices_for(1) == 4096 // 256 and fixed.split_for(1) == 256
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -65,7 +65,7 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
                              SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,
                              GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                             PDL: tl.constexpr):
+                             DYNAMIC: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -74,7 +74,11 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
         length = tl.load(Lens + b).to(tl.int32)
     else:  # Lens holds the new token's positions: the positions up to and including it
         length = tl.load(Lens + b).to(tl.int32) + 1
-    start = split * SPLIT
+    if DYNAMIC:  # SPLITS slices of this sequence's own length (whole blocks), not of the longest one
+        slice_len = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    else:
+        slice_len = SPLIT
+    start = split * slice_len
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, D)
     in_group = g < GROUP
@@ -88,7 +92,7 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
-    end = tl.minimum(start + SPLIT, length)
+    end = tl.minimum(start + slice_len, length)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         live = n < end
@@ -110,7 +114,7 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
 
     # The last live slice to get here merges them all (acq_rel: every slice's stores above are
     # visible to whoever draws the last ticket), then resets the ticket for the next call.
-    live_splits = tl.cdiv(length, SPLIT)
+    live_splits = tl.cdiv(length, slice_len)
     counter = Tickets + b * KV_HEADS + kvh
     if tl.atomic_add(counter, 1) == live_splits - 1:
         m_all = tl.full([GROUP_PAD], -1e30, tl.float32)  # finite, so padded rows give 0, not NaN
@@ -144,8 +148,14 @@ class _SplitK:
     """The launch both cache layouts share; a subclass owns the scratch (acc, m, l, tickets)."""
 
     def _launch(self, batch: int, split: int, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                lens: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor | None = None) -> torch.Tensor:
-        splits = triton.cdiv(self.context, split)
+                lens: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor | None = None,
+                splits: int | None = None) -> torch.Tensor:
+        """`split` positions a slice over the longest context; or, with `splits`, that many slices
+        of each sequence's own length (so a graph captured for long contexts launches no slices
+        that have nothing to do)."""
+        dynamic = splits is not None
+        if not dynamic:
+            splits = triton.cdiv(self.context, split)
         if block_tables is None:  # dense [B, kv_heads, S, D]; lens holds positions
             paged, bt, strides = {"BLOCK_SIZE": 1, "PAGED": False}, lens, (k_cache.stride(0), k_cache.stride(1), 0, 0)
         else:  # paged [num_blocks, block_size, kv_heads, D]; lens holds lengths
@@ -153,9 +163,10 @@ class _SplitK:
             strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), block_tables.stride(0))
         _decode_attention_kernel[(batch, self.kv_heads, splits)](
             q, k_cache, v_cache, lens, bt, self.acc, self.m, self.l, self.tickets, out, self.head_dim ** -0.5,
-            *strides, SPLIT=split, SPLITS=splits, GROUP=self.group,
+            *strides, SPLIT=0 if dynamic else split, SPLITS=splits, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
-            BLOCK_N=min(self.block_n, split), **paged, **pdl_launch(self.pdl))
+            BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, **paged,
+            **pdl_launch(self.pdl))
         return out
 
 
@@ -184,10 +195,15 @@ class DecodeAttention(_SplitK):
 
 class PagedDecodeAttention(_SplitK):
     """Decode attention over a paged cache, for any batch up to `max_batch` and contexts up to
-    `max_len` positions. The slice length is chosen per launch from the batch launched (the
-    heuristic of DecodeAttention: one slice per sequence when batch * kv_heads fills the GPU), or
-    fixed by `split`; the scratch is sized in `__init__` for the most partials any batch up to
-    `max_batch` needs, so one object serves CUDA graphs captured at several batch sizes."""
+    `max_len` positions. By default a launch slices each sequence's own context into
+    `slices_for(batch)` slices (16 while batch * kv_heads is too small to fill the GPU, else 1;
+    whole blocks of positions, so short contexts use fewer): a graph captured for the longest
+    context launches no slice that has nothing to do. `split` fixes the positions a slice instead
+    (over `max_len`, as DecodeAttention). The scratch is sized in `__init__` for the most partials
+    any batch up to `max_batch` needs, so one object serves graphs captured at several batch
+    sizes."""
+
+    SLICES = 16
 
     def __init__(self, max_batch: int, heads: int, kv_heads: int, head_dim: int, max_len: int, block_size: int,
                  device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
@@ -195,17 +211,22 @@ class PagedDecodeAttention(_SplitK):
         self.group, self.pdl, self.context, self.block_size = heads // kv_heads, pdl, max_len, block_size
         self.fixed_split, self.block_n = split, block_n
         # partials are kept only when a launch slices the context (more than one slice a sequence)
-        pairs = max([b * s for b in range(1, max_batch + 1) if (s := triton.cdiv(max_len, self.split_for(b))) > 1],
-                    default=1)
+        pairs = max([b * s for b in range(1, max_batch + 1) if (s := self.slices_for(b)) > 1], default=1)
         self.acc = torch.empty(pairs * heads * head_dim, dtype=torch.float32, device=device)
         self.m = torch.empty(pairs * heads, dtype=torch.float32, device=device)
         self.l = torch.empty_like(self.m)
         self.tickets = torch.zeros(max_batch * kv_heads, dtype=torch.int32, device=device)
 
-    def split_for(self, batch: int) -> int:
-        """Positions a slice when `batch` sequences are launched."""
-        return self.fixed_split if self.fixed_split is not None else \
-            _slice_length(batch, self.kv_heads, self.context, self.block_n)
+    def split_for(self, batch: int) -> int | None:
+        """Positions a slice when `batch` sequences are launched (None: slices of each
+        sequence's own length)."""
+        return self.fixed_split
+
+    def slices_for(self, batch: int) -> int:
+        """Slices a sequence's context is cut into when `batch` sequences are launched."""
+        if self.fixed_split is not None:
+            return triton.cdiv(self.context, self.fixed_split)
+        return 1 if batch * self.kv_heads >= 128 else min(self.SLICES, triton.cdiv(self.context, self.block_n))
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, batch: int | None = None) -> torch.Tensor:
@@ -218,4 +239,6 @@ class PagedDecodeAttention(_SplitK):
         assert k_cache.shape[1] == self.block_size and k_cache.stride(-1) == 1
         batch = self.max_batch if batch is None else batch
         assert batch <= self.max_batch
-        return self._launch(batch, self.split_for(batch), q, k_cache, v_cache, seq_lens, out, block_tables)
+        if self.fixed_split is not None:
+            return self._launch(batch, self.fixed_split, q, k_cache, v_cache, seq_lens, out, block_tables)
+        return self._launch(batch, 0, q, k_cache, v_cache, seq_lens, out, block_tables, splits=self.slices_for(batch))
