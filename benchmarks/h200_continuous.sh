@@ -13,15 +13,16 @@ AZURE=${AZURE:-azure-conv-2023}  # a path when the machine has no copy of ../sha
 for part in "$@"; do
   case $part in
     tests) run 200 python3 -m pytest tests/test_gpu.py tests/test_kernels.py -q -x -rA -s -p no:cacheprovider ;;
+    kerneltests) run 200 python3 -m pytest tests/test_kernels.py tests/test_gpu.py -k "paged or chunk or continuous" -q -x -rA -s -p no:cacheprovider ;;
     sweep) run 240 python3 -m calibrate sweep --out $R ;;
     seed) run 330 python3 -m engine serve-trace --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked --out $R ;;
+    saturate) run 150 python3 -m engine serve-trace --rates 120,240,480 --requests 400 --policy continuous,chunked --out $R ;;
     closed)
       run 120 python3 -m engine bench --engine continuous --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256 --warmup 1 --runs 3 --out $R
       run 60 python3 -m engine bench --engine continuous --prompts p16,p64,p1024,p4096 --warmup 1 --runs 3 --out $R ;;
     azure)
-      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1290 --policy continuous,chunked --out $R --name azure-1x
-      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1680 --rate-scale 16 --policy continuous,chunked --out $R --name azure-16x
-      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1520 --rate-scale 32 --policy continuous,chunked --out $R --name azure-32x ;;
+      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1260 --policy continuous,chunked --out $R --name azure-1x
+      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1520 --rate-scale 16,32 --policy continuous,chunked --out $R --name azure ;;
     *) echo "unknown part $part" ;;
   esac
 done

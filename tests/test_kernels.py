@@ -137,8 +137,8 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
 def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtype, block_size, split):
     """Lengths 1, one block, a block and one, two slices and one position, 300, and a padding row
     of length 0; slices of 32 or 64 positions to merge, the default (each sequence's own length
-    in up to 16 slices of whole 32-position blocks), or one slice for the whole context. Row 6 is
-    past the launched batch."""
+    in slices of whole blocks, at least 128 positions), or one slice for the whole context. Row 6
+    is past the launched batch."""
     heads, kv_heads, D, max_len, B = 6, 2, 32, 320, 6
     attn = PagedDecodeAttention(B + 1, heads, kv_heads, D, max_len, block_size, DEVICE, split=split, block_n=32)
     lens = [1, block_size, block_size + 1, 0, min(2 * (attn.split_for(B) or 64) + 1, 257), 300]
@@ -162,12 +162,30 @@ def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtyp
     assert rel(out[5].view(heads, D), ref) < 2e-3 and not attn.tickets.any()
 
 
+def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_gpu():
+    """batch * kv_heads >= 128: slices of at least 1,024 positions, so a short context is one
+    slice and a long one is cut and merged (one long sequence must not be the pass's critical path)."""
+    heads = kv_heads = 8
+    D, B = 16, 16
+    attn = PagedDecodeAttention(B, heads, kv_heads, D, 4096, 16, DEVICE)
+    assert attn.slices_for(B) == 4 and attn.slice_min(B) == 1024
+    lens = [5, 2100] + [40] * (B - 2)
+    kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, 16, torch.float32)
+    q = torch.randn(B, heads, D, device=DEVICE)
+    out = attn(q, kc, vc, tables, torch.tensor(lens, dtype=torch.int32, device=DEVICE), poisoned(B, heads * D,
+                                                                                               dtype=torch.float32))
+    assert not attn.tickets.any()
+    for b in (0, 1, 2):
+        ref = reference_attention(q[b:b + 1], keys[b], values[b], lens[b] - 1)[0]
+        assert rel(out[b].view(heads, D), ref) < 1e-4, b
+
+
 def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
     """The slices follow the launched batch (16 of each sequence's own context when the batch is
     small, one when it fills the GPU); the partials fit the largest batch that still slices."""
     attn = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu")
-    assert attn.slices_for(1) == 16 and attn.slices_for(63) == 16 and attn.slices_for(64) == 1
-    assert attn.m.numel() == 63 * 12 * 16
+    assert attn.slices_for(1) == 32 and attn.slices_for(63) == 32 and attn.slices_for(64) == 4  # 4096/128, 4096/1024
+    assert attn.m.numel() == max(63 * 32, 128 * 4) * 12  # the most partials of any batch that slices
     fixed = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu", split=256)
     assert fixed.slices_for(1) == 4096 // 256 and fixed.split_for(1) == 256
 

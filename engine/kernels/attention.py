@@ -65,7 +65,7 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
                              SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,
                              GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                             DYNAMIC: tl.constexpr, PDL: tl.constexpr):
+                             DYNAMIC: tl.constexpr, SLICE_MIN: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -74,8 +74,8 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
         length = tl.load(Lens + b).to(tl.int32)
     else:  # Lens holds the new token's positions: the positions up to and including it
         length = tl.load(Lens + b).to(tl.int32) + 1
-    if DYNAMIC:  # SPLITS slices of this sequence's own length (whole blocks), not of the longest one
-        slice_len = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    if DYNAMIC:  # up to SPLITS slices of this sequence's own length (whole blocks, at least SLICE_MIN)
+        slice_len = tl.maximum(tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N, SLICE_MIN)
     else:
         slice_len = SPLIT
     start = split * slice_len
@@ -149,10 +149,9 @@ class _SplitK:
 
     def _launch(self, batch: int, split: int, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 lens: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor | None = None,
-                splits: int | None = None) -> torch.Tensor:
-        """`split` positions a slice over the longest context; or, with `splits`, that many slices
-        of each sequence's own length (so a graph captured for long contexts launches no slices
-        that have nothing to do)."""
+                splits: int | None = None, slice_min: int = 0) -> torch.Tensor:
+        """`split` positions a slice over the longest context; or, with `splits`, up to that many
+        slices of each sequence's own length, none shorter than `slice_min` positions."""
         dynamic = splits is not None
         if not dynamic:
             splits = triton.cdiv(self.context, split)
@@ -165,7 +164,7 @@ class _SplitK:
             q, k_cache, v_cache, lens, bt, self.acc, self.m, self.l, self.tickets, out, self.head_dim ** -0.5,
             *strides, SPLIT=0 if dynamic else split, SPLITS=splits, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
-            BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, **paged,
+            BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, SLICE_MIN=slice_min, **paged,
             **pdl_launch(self.pdl))
         return out
 
@@ -195,15 +194,16 @@ class DecodeAttention(_SplitK):
 
 class PagedDecodeAttention(_SplitK):
     """Decode attention over a paged cache, for any batch up to `max_batch` and contexts up to
-    `max_len` positions. By default a launch slices each sequence's own context into
-    `slices_for(batch)` slices (16 while batch * kv_heads is too small to fill the GPU, else 1;
-    whole blocks of positions, so short contexts use fewer): a graph captured for the longest
-    context launches no slice that has nothing to do. `split` fixes the positions a slice instead
-    (over `max_len`, as DecodeAttention). The scratch is sized in `__init__` for the most partials
-    any batch up to `max_batch` needs, so one object serves graphs captured at several batch
-    sizes."""
+    `max_len` positions. By default a launch cuts each sequence's own context into slices
+    (whole blocks): while batch * kv_heads is too small to fill the GPU, up to 64 slices of at
+    least 128 positions; beyond, up to 16 of at least 1,024, so that one long context in a big
+    batch is not the whole pass's critical path. A graph captured for the longest context
+    launches slices that exit at once for short ones, cheaply, in parallel. `split` fixes the
+    positions a slice instead (over `max_len`, as DecodeAttention). The scratch is sized in
+    `__init__` for the most partials any batch up to `max_batch` needs, so one object serves
+    graphs captured at several batch sizes."""
 
-    SLICES = 16
+    SLICES = {False: (64, 128), True: (16, 1024)}  # (slices, fewest positions a slice), by "batch fills the GPU"
 
     def __init__(self, max_batch: int, heads: int, kv_heads: int, head_dim: int, max_len: int, block_size: int,
                  device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
@@ -223,10 +223,14 @@ class PagedDecodeAttention(_SplitK):
         return self.fixed_split
 
     def slices_for(self, batch: int) -> int:
-        """Slices a sequence's context is cut into when `batch` sequences are launched."""
+        """The most slices a sequence's context is cut into when `batch` sequences are launched."""
         if self.fixed_split is not None:
             return triton.cdiv(self.context, self.fixed_split)
-        return 1 if batch * self.kv_heads >= 128 else min(self.SLICES, triton.cdiv(self.context, self.block_n))
+        slices, shortest = self.SLICES[batch * self.kv_heads >= 128]
+        return max(1, min(slices, triton.cdiv(self.context, shortest)))
+
+    def slice_min(self, batch: int) -> int:
+        return self.SLICES[batch * self.kv_heads >= 128][1]
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, batch: int | None = None) -> torch.Tensor:
@@ -241,4 +245,5 @@ class PagedDecodeAttention(_SplitK):
         assert batch <= self.max_batch
         if self.fixed_split is not None:
             return self._launch(batch, self.fixed_split, q, k_cache, v_cache, seq_lens, out, block_tables)
-        return self._launch(batch, 0, q, k_cache, v_cache, seq_lens, out, block_tables, splits=self.slices_for(batch))
+        return self._launch(batch, 0, q, k_cache, v_cache, seq_lens, out, block_tables, splits=self.slices_for(batch),
+                            slice_min=self.slice_min(batch))
