@@ -231,15 +231,19 @@ class PassClock:
         self.cuda = device.type == "cuda"
         self.t0 = time.perf_counter()
         self.origin = None
+        self.offset = 0.0  # seconds from the run's 0 to the GPU origin event
 
-    def zero(self) -> None:
-        """Start the run's clock: host time 0 and the GPU timeline's 0 are this moment."""
+    def zero(self, at: float | None = None) -> None:
+        """Start the run's clock: time 0 is this moment, or the host time `at` (perf_counter,
+        which processes of one machine share: replicas agree on one 0)."""
         if self.cuda:
             torch.cuda.synchronize()
             self.origin = torch.cuda.Event(enable_timing=True)
             self.origin.record()
             self.origin.synchronize()
-        self.t0 = time.perf_counter()
+        now = time.perf_counter()
+        self.t0 = now if at is None else at
+        self.offset = now - self.t0
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -254,7 +258,8 @@ class PassClock:
     def seconds(self, start, end) -> tuple[float, float]:
         if self.cuda:
             end.synchronize()
-            return self.origin.elapsed_time(start) / 1e3, self.origin.elapsed_time(end) / 1e3
+            return (self.offset + self.origin.elapsed_time(start) / 1e3,
+                    self.offset + self.origin.elapsed_time(end) / 1e3)
         return start, end
 
 
@@ -268,6 +273,26 @@ class Request:
     max_output_tokens: int
 
 
+class ListArrivals:
+    """Requests known in advance, joining at their arrival times (all at once if not `realtime`)."""
+
+    def __init__(self, requests: list[Request], realtime: bool = True):
+        self.queue, self.realtime, self.total = deque(requests), realtime, len(requests)
+
+    def take(self, now: float) -> list[Request]:
+        out = []
+        while self.queue and (not self.realtime or self.queue[0].arrival_s <= now):
+            out.append(self.queue.popleft())
+        return out
+
+    def next_arrival(self) -> float | None:
+        """When the next request arrives (None: none known); inf when none will."""
+        return self.queue[0].arrival_s if self.queue else float("inf")
+
+    def exhausted(self) -> bool:
+        return not self.queue
+
+
 @dataclass
 class ServeResult:
     requests: list[RequestRecord]
@@ -277,20 +302,24 @@ class ServeResult:
     tokens: dict[str, list[int]]  # request id -> generated token ids
 
 
-def serve(requests: list[Request], scheduler: Scheduler, runner: ModelRunner, *, run_id: str = "continuous",
+def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = "continuous",
           overlap: bool = True, realtime: bool = True, on_request: Callable[[RequestRecord], None] | None = None,
           on_pass: Callable[[PassRecord], None] | None = None,
-          progress: Callable[[Scheduler, int, int], None] | None = None) -> ServeResult:
-    """Replay `requests` (in arrival order) on the engine: each joins the scheduler when its
-    arrival time comes (all at once when not `realtime`), passes run until every request has
-    finished or been rejected. `on_request` / `on_pass` receive each record as it is final (to
-    write it at once); a Ctrl-C ends the run early with what finished kept (`interrupted`)."""
+          progress: Callable[[Scheduler, int, int], None] | None = None, replica: int = 0,
+          start_at: float | None = None) -> ServeResult:
+    """Replay `requests` (a list in arrival order, or an arrivals source like `ListArrivals`) on
+    the engine: each joins the scheduler when its arrival time comes (all at once when not
+    `realtime`), passes run until every request has finished or been rejected. `on_request` /
+    `on_pass` receive each record as it is final (to write it at once); a Ctrl-C ends the run
+    early with what finished kept (`interrupted`). `replica` names this engine in its records;
+    `start_at` is the shared perf_counter time of the run's 0 (several replicas)."""
     if overlap and scheduler.eos_token_id is not None:
         raise ValueError("overlap plans the next pass before the tokens of this one are read, so a sequence "
                          "cannot stop at EOS; run without overlap to stop at EOS")
     depth = 2 if overlap else 1
     clock = runner.clock
-    queue = deque(requests)
+    arrivals = ListArrivals(requests, realtime) if isinstance(requests, list) else requests
+    total = getattr(arrivals, "total", 0)
     seqs: dict[int, Sequence] = {}
     records: list[RequestRecord] = []
     passes: list[PassRecord] = []
@@ -307,11 +336,11 @@ def serve(requests: list[Request], scheduler: Scheduler, runner: ModelRunner, *,
             on_request(record)
 
     def admit(now: float) -> None:
-        while queue and (not realtime or queue[0].arrival_s <= now):
-            req = queue.popleft()
+        for req in arrivals.take(now):
             i = len(seqs)
             seq = Sequence(req.request_id, req.arrival_s if realtime else 0.0, len(req.prompt),
                            req.max_output_tokens, keep_token_times=True, index=i, token_ids=req.prompt)
+            seq.replica = replica
             seqs[i] = seq
             if scheduler.add(seq) is not None:
                 finish(seq.record(run_id))
@@ -336,7 +365,7 @@ def serve(requests: list[Request], scheduler: Scheduler, runner: ModelRunner, *,
         record = PassRecord(run_id=run_id, engine="continuous", step=done.index,
                             kind=pass_kind(plan.new_tokens, plan.context_lens), new_tokens=list(plan.new_tokens),
                             context_lens=list(plan.context_lens), start_s=start, duration_s=end - start,
-                            mode=done.mode, padded_to=done.padded_to, host_s=done.host_s)
+                            mode=done.mode, padded_to=done.padded_to, host_s=done.host_s, replica=replica)
         passes.append(record)
         if on_pass is not None:
             on_pass(record)
@@ -345,7 +374,7 @@ def serve(requests: list[Request], scheduler: Scheduler, runner: ModelRunner, *,
             finish(timed_record(seq, end_of_pass, run_id))
             finished_count += 1
 
-    clock.zero()
+    clock.zero(start_at)
     try:
         while True:
             t = time.perf_counter()
@@ -366,11 +395,13 @@ def serve(requests: list[Request], scheduler: Scheduler, runner: ModelRunner, *,
             if inflight:
                 retire(inflight.popleft())
                 if progress is not None:
-                    progress(scheduler, finished_count, len(requests))
+                    progress(scheduler, finished_count, total)
                 continue
-            if not queue and not scheduler.num_outstanding:
+            if arrivals.exhausted() and not scheduler.num_outstanding:
                 break
-            wait_until = queue[0].arrival_s if queue else float("inf")
+            wait_until = arrivals.next_arrival()
+            if wait_until is None:  # arrivals nobody has announced yet: look again shortly
+                wait_until = clock.now() + 0.0002
             if scheduler.next_wakeup is not None:
                 wait_until = min(wait_until, scheduler.next_wakeup)
             if wait_until == float("inf"):

@@ -19,6 +19,7 @@ import datetime as dt
 import itertools
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,11 @@ import torch
 from tqdm import tqdm
 
 from core.cli import ArgumentParser
+from core.config import ModelConfig, get_preset
 from core.kv import BlockPool
 from core.metrics import compute_metrics, parse_goodput
 from core.roofline import GIB
+from core.routers import ROUTERS
 from core.runstore import OpenRunWriter, RunStore
 from core.scheduler import ORDERS, POLICIES, make_scheduler
 from engine.continuous import ModelRunner, Request, serve
@@ -111,6 +114,10 @@ def build_parser() -> ArgumentParser:
                    help="decode passes as CUDA graphs at padded batch buckets (auto: on a GPU with triton)")
     e.add_argument("--overlap", choices=("on", "off"), default="on",
                    help="plan and launch the next pass while the GPU runs this one (default on)")
+    e.add_argument("--replicas", type=int, default=1,
+                   help="engine replicas, one process and one GPU each, behind --router (default 1)")
+    e.add_argument("--router", type=listed(str), default=["round-robin"],
+                   help=f"how requests pick a replica: {' | '.join(ROUTERS)}; a list makes one run each")
     e.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
     e.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     e.add_argument("--name", default=None, help="a name for the runs (default: the workload's)")
@@ -164,19 +171,29 @@ def pool_blocks(args, model, dtype, device) -> int:
 
 
 def pass_stats(passes) -> dict:
-    """Mean batch size, padding, host time and the GPU's idle gaps between passes."""
+    """Mean batch size, padding, host time and the GPU's idle gaps between passes (within each
+    replica)."""
     if not passes:
         return {}
-    gaps = [b.start_s - (a.start_s + a.duration_s) for a, b in zip(passes, passes[1:])]
-    decode = [p for p in passes if p.kind == "decode"]
+    gaps, busy, span = [], 0.0, 0.0
+    for r in sorted({p.replica for p in passes}):
+        mine = [p for p in passes if p.replica == r]
+        gaps += [b.start_s - (a.start_s + a.duration_s) for a, b in zip(mine, mine[1:])]
+        busy += sum(p.duration_s for p in mine)
+        span += mine[-1].start_s + mine[-1].duration_s - mine[0].start_s
     return {"passes": len(passes), "mean_batch_size": statistics.fmean(p.batch_size for p in passes),
-            "decode_passes": len(decode),
+            "decode_passes": sum(p.kind == "decode" for p in passes),
             "graph_passes": sum(p.mode == "graph" for p in passes),
             "median_gap_us": statistics.median(gaps) * 1e6 if gaps else None,
             "p90_gap_us": float(np.percentile(gaps, 90)) * 1e6 if gaps else None,
             "median_host_us": statistics.median(p.host_s for p in passes) * 1e6,
-            "busy_fraction": sum(p.duration_s for p in passes) / max(1e-9, passes[-1].start_s + passes[-1].duration_s
-                                                                     - passes[0].start_s)}
+            "busy_fraction": busy / max(1e-9, span)}
+
+
+def scheduler_options(args, max_model_len: int) -> dict:
+    return {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
+            "max_model_len": max_model_len, "order": args.order, "preemption": args.preemption,
+            "batch_size": args.batch_size, "batch_timeout_s": args.batch_timeout_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,76 +209,134 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policy:
             if policy not in POLICIES:
                 raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        for router in args.router:
+            if router not in ROUTERS:
+                raise ValueError(f"--router: unknown router {router!r}; choose from {', '.join(ROUTERS)}")
+        if args.replicas < 1:
+            raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
+        if args.replicas > 1 and device.type == "cuda" and torch.cuda.device_count() < args.replicas:
+            raise ValueError(f"--replicas {args.replicas}: one GPU a replica, and torch sees "
+                             f"{torch.cuda.device_count()}")
         source = args.model or ("qwen2.5-1.5b" if device.type == "cuda" else "tiny")
         checkpoint = source if Path(source).is_dir() else None
-        model, weights = load_model(source, dtype, device, seed=args.seed)
-        runs = workloads(args, model.config.vocab_size, checkpoint)
-        max_model_len = args.max_model_len or model.config.context_length
-        if max_model_len > model.config.context_length:
+        if args.replicas == 1:
+            model, weights = load_model(source, dtype, device, seed=args.seed)
+            config = model.config
+        else:  # the replicas load the model on their own GPUs; this process only routes
+            config = ModelConfig.from_json(source) if checkpoint else get_preset(source)
+            weights = "checkpoint" if checkpoint else "random"
+        runs = workloads(args, config.vocab_size, checkpoint)
+        max_model_len = args.max_model_len or config.context_length
+        if max_model_len > config.context_length:
             raise ValueError(f"--max-model-len {max_model_len} is past the model's context of "
-                             f"{model.config.context_length}")
-        num_blocks = pool_blocks(args, model, dtype, device)
-        if num_blocks < 1:
-            raise ValueError("--kv-gib / --kv-blocks: no room for a single KV block")
-        try:
-            cache = PagedKVCache(model.config, num_blocks, args.block_size, dtype, device)
-        except torch.cuda.OutOfMemoryError:
-            raise ValueError(f"a KV cache of {num_blocks} blocks does not fit in the GPU's memory; lower "
-                             f"--kv-gib") from None
+                             f"{config.context_length}")
+        runner = None
+        if args.replicas == 1:
+            num_blocks = pool_blocks(args, model, dtype, device)
+            if num_blocks < 1:
+                raise ValueError("--kv-gib / --kv-blocks: no room for a single KV block")
+            try:
+                cache = PagedKVCache(config, num_blocks, args.block_size, dtype, device)
+            except torch.cuda.OutOfMemoryError:
+                raise ValueError(f"a KV cache of {num_blocks} blocks does not fit in the GPU's memory; lower "
+                                 f"--kv-gib") from None
+        else:
+            num_blocks = args.kv_blocks or (PagedKVCache.blocks_that_fit(config, args.kv_gib * GIB, args.block_size,
+                                                                         dtype) if args.kv_gib else None)
         for policy in args.policy:  # every scheduler must be buildable before anything runs
-            make_scheduler(policy, BlockPool(num_blocks, args.block_size), max_num_seqs=args.max_num_seqs,
-                           max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_model_len,
-                           order=args.order, preemption=args.preemption, batch_size=args.batch_size,
-                           batch_timeout_s=args.batch_timeout_s)
-        runner = ModelRunner(model, cache, args.max_num_seqs, kernels, graphs)
+            make_scheduler(policy, BlockPool(num_blocks or 1 << 24, args.block_size),
+                           **scheduler_options(args, max_model_len))
+        if args.replicas == 1:
+            runner = ModelRunner(model, cache, args.max_num_seqs, kernels, graphs)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
     store = RunStore(out / "continuous")
-    meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
+    meta = {"model": config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
-    print(f"model {source} ({weights} weights) on {meta['gpu']}, {num_blocks:,} KV blocks of {args.block_size}, "
-          f"kernels {kernels}{' + CUDA graphs' if graphs else ''}, overlap {args.overlap}; runs go to {store.root}")
+    print(f"model {source} ({weights} weights) on {meta['gpu']}, {args.replicas} replica(s), "
+          f"{f'{num_blocks:,}' if num_blocks else 'the free memory in'} KV blocks of {args.block_size}, kernels "
+          f"{kernels}{' + CUDA graphs' if graphs else ''}, overlap {args.overlap}; runs go to {store.root}")
+    routers = args.router if args.replicas > 1 else [None]
     interrupted = False
-    for (label, workload, trace), policy in itertools.product(runs, args.policy):
+    for (label, workload, trace), policy, router in itertools.product(runs, args.policy, routers):
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        run_id = f"{args.name or label}-{policy}-{stamp}"
-        scheduler = make_scheduler(policy, BlockPool(num_blocks, args.block_size), max_num_seqs=args.max_num_seqs,
-                                   max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_model_len,
-                                   order=args.order, preemption=args.preemption, batch_size=args.batch_size,
-                                   batch_timeout_s=args.batch_timeout_s)
-        reqs = requests_of(trace, model.config.vocab_size, checkpoint)
-        writer = OpenRunWriter(store, run_id)
+        run_id = f"{args.name or label}-{policy}{f'-x{args.replicas}-{router}' if router else ''}-{stamp}"
+        reqs = requests_of(trace, config.vocab_size, checkpoint)
         bar = tqdm(total=len(reqs), desc=run_id[:40], unit="req", file=sys.stderr, mininterval=1.0)
-
-        def progress(sched, done, total, bar=bar):
-            bar.n = done
-            bar.set_postfix_str(f"running {len(sched.running)}, waiting {len(sched.waiting)}, "
-                                f"KV {sched.kv.used_blocks()}/{sched.kv.num_blocks}", refresh=False)
-            bar.refresh() if done == total else None
-
-        result = serve(reqs, scheduler, runner, run_id=run_id, overlap=args.overlap == "on",
-                       realtime=args.replay == "realtime", on_request=writer.request, on_pass=writer.pass_done,
-                       progress=progress)
+        if runner is not None:
+            result, extra = serve_one(args, policy, reqs, runner, store, run_id, num_blocks, max_model_len, bar)
+        else:
+            result, extra = serve_cluster(args, policy, router, reqs, store, run_id, source, kernels, graphs,
+                                          max_model_len, bar)
+            num_blocks = extra["kv_blocks"][0]
         bar.close()
-        writer.close()
         metrics = compute_metrics(result.requests, slos)
         row = {"run_id": run_id, "engine": "continuous", "policy": policy, **workload, "replay": args.replay,
                "requests": len(reqs), "status": "interrupted" if result.interrupted else "ok",
-               "overlap": args.overlap == "on", "kernels": kernels, "graphs": graphs,
-               "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": scheduler.max_num_batched_tokens,
-               "max_model_len": max_model_len, "block_size": args.block_size, "kv_blocks": num_blocks,
-               "preemption": args.preemption, "order": args.order, "wall_s": result.wall_s,
-               **metrics.as_row(), **pass_stats(result.passes), **meta}
+               "replicas": args.replicas, "router": router, "overlap": args.overlap == "on", "kernels": kernels,
+               "graphs": graphs, "max_num_seqs": args.max_num_seqs,
+               "max_num_batched_tokens": extra["max_num_batched_tokens"], "max_model_len": max_model_len,
+               "block_size": args.block_size, "kv_blocks": num_blocks, "preemption": args.preemption,
+               "order": args.order, "wall_s": result.wall_s, **metrics.as_row(), **pass_stats(result.passes),
+               **{k: v for k, v in extra.items() if k != "max_num_batched_tokens"}, **meta}
         store.append_row(row)
         print(f"{run_id}: {metrics.completed} done, {metrics.rejected} rejected, "
               f"{metrics.output_throughput:,.0f} tok/s, TTFT p50 {metrics.ttft.median * 1e3:.1f} ms "
               f"p99 {metrics.ttft.percentiles.get(99.0, float('nan')) * 1e3:.1f} ms, TPOT p50 "
               f"{metrics.tpot.median * 1e3:.2f} ms, mean batch {row.get('mean_batch_size', 0):.1f}, "
               f"GPU idle between passes p50 {row.get('median_gap_us') or 0:.0f} us"
+              f"{(', requests per replica ' + str(extra['requests_per_replica'])) if router else ''}"
               f"{' (interrupted)' if result.interrupted else ''}")
         if result.interrupted:
             interrupted = True
             break
     return 130 if interrupted else 0
+
+
+def serve_one(args, policy, reqs, runner, store, run_id, num_blocks, max_model_len, bar):
+    """One run on this process's engine, its records written as they happen."""
+    scheduler = make_scheduler(policy, BlockPool(num_blocks, args.block_size), **scheduler_options(args, max_model_len))
+    writer = OpenRunWriter(store, run_id)
+
+    def progress(sched, done, total):
+        bar.n = done
+        bar.set_postfix_str(f"running {len(sched.running)}, waiting {len(sched.waiting)}, "
+                            f"KV {sched.kv.used_blocks()}/{sched.kv.num_blocks}", refresh=False)
+        bar.refresh() if done == total else None
+
+    try:
+        result = serve(reqs, scheduler, runner, run_id=run_id, overlap=args.overlap == "on",
+                       realtime=args.replay == "realtime", on_request=writer.request, on_pass=writer.pass_done,
+                       progress=progress)
+    finally:
+        writer.close()
+    return result, {"max_num_batched_tokens": scheduler.max_num_batched_tokens}
+
+
+def serve_cluster(args, policy, router, reqs, store, run_id, source, kernels, graphs, max_model_len, bar):
+    """One run on `--replicas` replica processes behind `router`, their records merged."""
+    from engine.cluster import WorkerSpec, run_cluster
+    from engine.continuous import ServeResult
+
+    if args.replay != "realtime":
+        raise ValueError("several replicas replay a trace in real time only")
+    options = scheduler_options(args, max_model_len)
+    spec = WorkerSpec(model=source, dtype=args.dtype, seed=args.seed, device=resolve_device(args.device).type,
+                      kernels=kernels, graphs=graphs, overlap=args.overlap == "on", policy=policy, scheduler=options,
+                      kv_blocks=args.kv_blocks, kv_gib=args.kv_gib, block_size=args.block_size,
+                      reserve_gib=ACTIVATION_RESERVE_GIB)
+
+    def progress(sent, total, handles):
+        bar.n = sent
+        bar.set_postfix_str(", ".join(f"replica {h.index}: {h.num_outstanding} out" for h in handles), refresh=False)
+
+    wall = time.perf_counter()
+    info = run_cluster(reqs, spec, args.replicas, router, store.run_dir(run_id), run_id, seed=args.seed,
+                       progress=progress)
+    requests = store.requests(run_id)
+    passes = store.passes(run_id)
+    budget = make_scheduler(policy, BlockPool(info["kv_blocks"][0], args.block_size), **options).max_num_batched_tokens
+    return (ServeResult(requests, passes, info["interrupted"], time.perf_counter() - wall, {}),
+            {"max_num_batched_tokens": budget, **info})
