@@ -15,8 +15,8 @@ for part in "$@"; do
       CUDA_VISIBLE_DEVICES=0 run 150 python3 -m engine serve-trace --trace $AZURE --window 1200:1250 --policy continuous,chunked --out $R --name azure-1x
       CUDA_VISIBLE_DEVICES=0 run 150 python3 -m engine serve-trace --trace $AZURE --window 1200:1520 --rate-scale 16,32 --policy continuous,chunked --out $R --name azure ;;
     cluster)
-      run 150 python3 -m engine serve-trace --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --out $R --name seed
-      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router round-robin,least-outstanding --out $R --name azure ;;
+      run 150 python3 -m engine serve-trace --rates 200 --requests 300 --replicas 2 --router ${ROUTERS:-round-robin,least-outstanding} --out $R --name seed
+      run 200 python3 -m engine serve-trace --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router ${ROUTERS:-round-robin,least-outstanding} --out $R --name azure ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -185,8 +185,8 @@ def _csv_cell(value) -> object:
 class RowWriter:
     """Appends rows to a JSONL file (and a CSV file beside it), flushing after every row so an
     interruption loses nothing already written: at worst the row being written is cut short,
-    which `read_jsonl(..., on_damage=...)` skips and names. Columns of the CSV are fixed by the
-    first row (or by the existing file's header when appending)."""
+    which `read_jsonl(..., on_damage=...)` skips and names. The JSONL file is the record; the CSV
+    beside it has the columns of the rows so far (a row with new ones has it rewritten whole)."""
 
     def __init__(self, jsonl_path: str | Path, csv_path: str | Path | None = None):
         self.jsonl_path = Path(jsonl_path)
@@ -218,9 +218,13 @@ class RowWriter:
             if new:
                 self._columns = list(row)
                 csv.writer(self._csv).writerow(self._columns)
-        missing = [k for k in row if k not in self._columns]
-        if missing:
-            raise ValueError(f"{self.csv_path}: row has columns {missing} that the file's header lacks")
+        if any(k not in self._columns for k in row):  # a row with new columns: the CSV is redone from the JSONL
+            self._csv.close()
+            rows = list(read_jsonl(self.jsonl_path, on_damage=lambda message: None))
+            self._columns = list(dict.fromkeys(k for r in rows for k in r))
+            records_to_csv([{k: r.get(k) for k in self._columns} for r in rows], self.csv_path)
+            self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
+            return
         csv.writer(self._csv).writerow([_csv_cell(row.get(k)) for k in self._columns])
         self._csv.flush()
 
