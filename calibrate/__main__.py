@@ -86,6 +86,7 @@ def sweep_main(argv: list[str]) -> int:
            "passes": len(passes), "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
+           "decode_attention": runner.fast.attention.slicing() if runner.fast else None,
            "kv_blocks": blocks, "wall_s": time.perf_counter() - wall, **meta}
     store.write_run(run_id, passes, [], row)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
@@ -93,9 +94,11 @@ def sweep_main(argv: list[str]) -> int:
 
 
 def fit_main(argv: list[str]) -> int:
-    from calibrate.fit import (Features, calibration_file, constants, error_table, fit_params, format_errors,
-                               format_params, group_of, held_out, mape, predict, roofline_prior_error)
+    from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
+                               mape, predict, roofline_prior_error, skeleton, Design)
     from calibrate.replay import replay_runs
+    from sim.calibrated import CalibratedCost
+    from sim.cost import gpu_preset
 
     p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
     p.add_argument("--results", default=str(REPO / "results"), help="where the sweep and the open runs are")
@@ -124,29 +127,30 @@ def fit_main(argv: list[str]) -> int:
                              f"({get_gpu(args.gpu).name})")
         passes = store.passes(row["run_id"])
         model = get_preset(row["model"])
-        buckets, token_buckets = row["graph_buckets"] or [], row.get("token_buckets") or []
         c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
-        split = ["held-out" if held_out(group_of(q), buckets) else "fitted" for q in passes]
+        meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
+                "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
+                "block_size": row["block_size"]}
+        base = skeleton(meta, c, row["graph_buckets"] or [], row.get("token_buckets") or [],
+                        row.get("decode_attention") or engine_slicing())
+        shape = CalibratedCost(base | {"parameters": placeholder(base)})
+        split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
-        features = Features.of(passes, buckets, token_buckets)
-        params_train = fit_params(train, c, buckets, token_buckets)
-        errors = error_table(passes, predict(params_train, c, features), split)
-        params = fit_params(passes, c, buckets, token_buckets)
-        in_sample = mape(predict(params, c, features), [q.duration_s for q in passes])
+        params_train = fit_params(train, c, shape)
+        design_all = Design.of(passes, shape)
+        errors = error_table(passes, CalibratedCost(base | {"parameters": params_train}).predict_all(passes), split)
+        params = fit_params(passes, c, shape)
+        in_sample = mape(predict(params, c, design_all), [q.duration_s for q in passes])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from sim.cost import CalibratedCost, gpu_preset
     preset, gpu_spec = gpu_preset(row["gpu"])
     prior = roofline_prior_error(passes, model, gpu_spec) if gpu_spec else []
     name = args.name or preset or "gpu"
-    meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
-            "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
-            "block_size": row["block_size"], "fitted_on": len(passes), "in_sample_mape": in_sample,
-            "held_out_fit": {"parameters": params_train}}
-    cost = CalibratedCost(calibration_file(params, c, meta, buckets, token_buckets, errors, prior, []))
-    replays = replay_runs(results, cost, row["gpu"], row["model"])
-    doc = calibration_file(params, c, meta, buckets, token_buckets, errors, prior, replays)
+    doc = base | {"fitted_on": len(passes), "in_sample_mape": in_sample, "parameters": params,
+                  "held_out_fit": params_train, "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
+    cost = CalibratedCost(doc)
+    doc["replays"] = replay_runs(results, cost, row["gpu"], row["model"])
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)
@@ -158,15 +162,31 @@ def fit_main(argv: list[str]) -> int:
     if prior:
         print("the roofline alone (no fitted term, no overhead), per regime: " +
               ", ".join(f"{p['regime']} {p['signed_median']:+.0%} (MAPE {p['mape']:.0%})" for p in prior))
-    for r in replays:
+    for r in doc["replays"]:
         print(f"replay {r['run_id']}: pass-time MAPE {r['pass_mape']:.2%}, total busy time {r['busy_error']:+.2%}"
               + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else ""))
     if not args.no_charts:
         from calibrate.charts import residual_charts
-        for path in residual_charts(passes, predict(params_train, c, features), split, store.root, name):
+        predicted = CalibratedCost(base | {"parameters": params_train}).predict_all(passes)
+        for path in residual_charts(passes, predicted, split, store.root, name):
             print(f"chart: {path}")
     print(f"written {out}")
     return 0
+
+
+def engine_slicing() -> dict:
+    """How the engine's decode attention slices contexts (for a sweep that did not record it)."""
+    from engine.kernels.attention import PagedDecodeAttention
+    a = PagedDecodeAttention
+    return {"kv_heads": 2, "fills_gpu": a.FILLS_GPU, "block_n": 64, "small": list(a.SLICES[False]),
+            "big": list(a.SLICES[True])}
+
+
+def placeholder(base: dict) -> dict:
+    """Parameters of the right shape (their values unused) to build the model's fixed parts."""
+    rates = {"kv_gbs": 1.0, "serial_s_per_token": 0.0}
+    return {"decode1": {}, "prefill": {}, "decode": {"small": rates, "big": rates,
+                                                     "graph_s": {str(b): 0.0 for b in base["graph_buckets"] or [1]}}}
 
 
 def _write_errors_csv(path: Path, errors) -> None:

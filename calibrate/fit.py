@@ -1,13 +1,11 @@
-"""Fitting the step-cost model (`sim.cost.CalibratedCost`) to timed passes, and its error.
+"""Fitting the engine's cost model (`sim.calibrated.CalibratedCost`) to timed passes.
 
-The model's form is the hardware's: a pass reads the weights (or, with enough tokens, is bound
-by the projections' arithmetic), reads the KV cache it attends to, does attention's arithmetic,
-and pays a fixed cost and a cost per sequence; each in one of three regimes (one sequence
-decoding on the fused batch-1 kernels, a batch decoding in a CUDA graph at its padded bucket,
-anything else launched kernel by kernel). Fitted with scipy on relative error (every pass counts
-by its relative miss, so short passes matter as much as long ones). Two parameters are shared
-where the same code runs: the projections' arithmetic rate (cuBLAS in decode and prefill) and
-the fixed cost of a graph replay (batch 1 and batched).
+The form is the hardware's and the engine's (the module `sim.calibrated` says it term by term):
+a pass reads the weights or is bound by the projections' arithmetic, reads the KV cache it
+attends to, does attention's arithmetic, walks a critical path through the cache in one
+attention program, and pays fixed costs; decode graphs' own times are a measured table per
+padded batch. Fitted with scipy on relative error (every pass counts by its relative miss, so
+short passes matter as much as long ones).
 
 Error is measured on shapes the fit did not see (whole groups of shapes held out, never random
 rows): batch sizes between the graph buckets and one context length for decode, some chunk
@@ -24,15 +22,14 @@ from scipy.optimize import least_squares
 
 from core.config import ModelConfig
 from core.records import PassRecord
-from sim.cost import FORMAT, PARAMETERS, REGIMES, CalibratedCost, RooflineCost, bucket
+from sim.calibrated import FORMAT, UNITS, CalibratedCost, bucket, regime
+from sim.cost import RooflineCost
 
-# The parameters each regime fits, and the two shared across regimes.
-FREE = {"decode1": ("weight_gbs", "kv_gbs"),
-        "decode": ("weight_gbs", "kv_gbs", "per_seq_s"),
-        "prefill": ("launch_s", "weight_gbs", "kv_gbs", "attention_tflops", "per_seq_s")}
-SHARED = {"matmul_tflops": ("decode", "prefill"), "graph_launch_s": ("decode1", "decode")}
-PRIOR = {"launch_s": 5e-4, "weight_gbs": 2000.0, "kv_gbs": 2000.0, "attention_tflops": 300.0, "per_seq_s": 2e-6,
-         "matmul_tflops": 500.0, "graph_launch_s": 5e-5}
+DECODE1 = ("fixed_s", "kv_gbs", "serial_s_per_token")
+DECODE_RATES = ("kv_gbs", "serial_s_per_token")
+PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "kv_gbs", "attention_tflops", "serial_s_per_token", "per_seq_s")
+PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
+         "attention_tflops": 300.0, "per_seq_s": 2e-6, "graph_s": 2e-3}
 MIN_PASSES = {"decode1": 6, "decode": 12, "prefill": 12}
 
 
@@ -42,15 +39,6 @@ def constants(model: ModelConfig, dtype_bytes: int = 2) -> dict:
             "flops_per_token": model.flops_per_token(0),
             "kv_bytes_per_token": model.kv_bytes_per_token(dtype_bytes),
             "attention_flops_per_pair": model.flops_per_token(1) - model.flops_per_token(0)}
-
-
-def regime_of(p: PassRecord) -> str:
-    return CalibratedCost.regime(p.new_tokens)
-
-
-def report_kind(p: PassRecord) -> str:
-    """decode, prefill or mixed: how the error is reported."""
-    return p.kind
 
 
 def group_of(p: PassRecord) -> str:
@@ -71,8 +59,7 @@ def held_out(group: str, buckets: list[int]) -> bool:
     fixed hash."""
     words = group.split()
     if words[0] == "decode":
-        b = int(words[1][1:])
-        return b not in buckets or words[2] == "c2048"
+        return int(words[1][1:]) not in buckets or words[2] == "c2048"
     if words[0] == "prefill":
         return words[1] in ("n1024", "n8192") or words[2] == "c1024"
     if words[0] == "mixed":
@@ -80,108 +67,124 @@ def held_out(group: str, buckets: list[int]) -> bool:
     return zlib.crc32(group.encode()) % 3 == 0
 
 
-@dataclass
-class Features:
-    """Per pass, what the model multiplies its parameters by."""
+def skeleton(meta: dict, c: dict, buckets: list[int], token_buckets: list[int], attention: dict) -> dict:
+    """A calibration file without parameters (what the model needs to know of the engine)."""
+    return {"format": FORMAT, **meta, "graph_buckets": buckets, "token_buckets": token_buckets, "constants": c,
+            "decode_attention": attention, "units": UNITS}
 
-    regime: np.ndarray     # regime index
-    m: np.ndarray          # tokens through the projections (padded for graph decode)
-    kv_read: np.ndarray
+
+@dataclass
+class Design:
+    """Per pass, what the model's parameters multiply (vectorised); `graph` the decode buckets
+    fitted, each pass's index into them (-1 outside decode)."""
+
+    regime: np.ndarray   # 0 decode1, 1 decode, 2 prefill
+    big: np.ndarray      # decode: the batch fills the GPU (the second slicing)
+    graph: np.ndarray
+    m: np.ndarray
+    kv: np.ndarray
     pairs: np.ndarray
+    crit: np.ndarray
     seqs: np.ndarray
     seconds: np.ndarray
+    buckets: list[int]
 
     @classmethod
-    def of(cls, passes: list[PassRecord], buckets: list[int], token_buckets: list[int] = ()) -> "Features":
-        regime, m, kv, pairs, seqs, sec = [], [], [], [], [], []
+    def of(cls, passes: list[PassRecord], model: CalibratedCost) -> "Design":
+        cols = {k: [] for k in ("regime", "big", "graph", "m", "kv", "pairs", "crit", "seqs", "seconds")}
+        fitted = sorted({bucket(len(p.new_tokens), model.buckets) for p in passes if regime(p.new_tokens) == "decode"})
         for p in passes:
-            r = regime_of(p)
-            s = len(p.new_tokens)
-            regime.append(REGIMES.index(r))
-            m.append(1 if r == "decode1" else bucket(s, buckets) if r == "decode" else
-                     bucket(sum(p.new_tokens), token_buckets))
-            kv.append(sum(c + n for c, n in zip(p.context_lens, p.new_tokens)))
-            pairs.append(sum(n * (2 * c + n + 1) for c, n in zip(p.context_lens, p.new_tokens)) / 2)
-            seqs.append(s)
-            sec.append(p.duration_s)
-        return cls(*(np.asarray(a, float) for a in (regime, m, kv, pairs, seqs, sec)))
+            r, S = regime(p.new_tokens), len(p.new_tokens)
+            n, ctx = p.new_tokens, p.context_lens
+            cols["regime"].append(("decode1", "decode", "prefill").index(r))
+            cols["big"].append(S * model.kv_heads >= model.fills_gpu)
+            cols["graph"].append(fitted.index(bucket(S, model.buckets)) if r == "decode" else -1)
+            cols["m"].append(bucket(sum(n), model.token_buckets) if r == "prefill" else S)
+            cols["kv"].append(sum(ci + ni for ci, ni in zip(ctx, n)))
+            cols["pairs"].append(sum(ni * (2 * ci + ni + 1) for ci, ni in zip(ctx, n)) / 2)
+            cols["crit"].append(model.slice_positions(max(ctx) + 1, S) if r != "prefill" else
+                                max(ci + ni for ci, ni in zip(ctx, n)))
+            cols["seqs"].append(S)
+            cols["seconds"].append(p.duration_s)
+        return cls(**{k: np.asarray(v) for k, v in cols.items()}, buckets=fitted)
 
 
-def unpack(theta: np.ndarray) -> dict[str, dict[str, float]]:
-    """Parameter vector (logs) -> per-regime parameter dicts (absent ones 0)."""
-    values = iter(np.exp(theta))
-    params = {r: {name: 0.0 for name in PARAMETERS} for r in REGIMES}
-    for r in REGIMES:
-        for name in FREE[r]:
-            params[r][name] = float(next(values))
-    matmul, graph_launch = float(next(values)), float(next(values))
-    for r in SHARED["matmul_tflops"]:
-        params[r]["matmul_tflops"] = matmul
-    for r in SHARED["graph_launch_s"]:
-        params[r]["launch_s"] = graph_launch
-    return params
+def unpack(theta: np.ndarray, buckets: list[int]) -> dict:
+    """Parameter vector (logs) -> the file's parameters."""
+    v = iter(np.exp(theta).tolist())
+    p = {"decode1": {k: next(v) for k in DECODE1},
+         "decode": {"per_seq_s": next(v), "small": {k: next(v) for k in DECODE_RATES},
+                    "big": {k: next(v) for k in DECODE_RATES}},
+         "prefill": {k: next(v) for k in PREFILL}}
+    p["decode"]["graph_s"] = {str(b): next(v) for b in buckets}
+    return p
 
 
-def initial() -> np.ndarray:
-    names = [n for r in REGIMES for n in FREE[r]] + list(SHARED)
+def initial(buckets: list[int]) -> np.ndarray:
+    names = list(DECODE1) + ["per_seq_s"] + list(DECODE_RATES) * 2 + list(PREFILL) + ["graph_s"] * len(buckets)
     return np.log([PRIOR[n] for n in names])
 
 
-def predict(params: dict, c: dict, f: Features) -> np.ndarray:
-    """The model's pass times for the passes in `f` (vectorised)."""
-    out = np.zeros_like(f.seconds)
-    for i, r in enumerate(REGIMES):
-        sel = f.regime == i
-        if not sel.any():
-            continue
-        p = params[r]
-        weights = c["weight_bytes"] / (p["weight_gbs"] * 1e9) if p["weight_gbs"] else 0.0
-        matmul = f.m[sel] * c["flops_per_token"] / (p["matmul_tflops"] * 1e12) if p["matmul_tflops"] else 0.0
-        t = p["launch_s"] + np.maximum(weights, matmul)
-        if p["kv_gbs"]:
-            t = t + f.kv_read[sel] * c["kv_bytes_per_token"] / (p["kv_gbs"] * 1e9)
-        if p["attention_tflops"]:
-            t = t + f.pairs[sel] * c["attention_flops_per_pair"] / (p["attention_tflops"] * 1e12)
-        out[sel] = t + f.seqs[sel] * p["per_seq_s"]
+def predict(params: dict, c: dict, f: Design) -> np.ndarray:
+    """The model's pass times for the passes of `f` (the formulas of sim.calibrated, vectorised)."""
+    out = np.zeros(len(f.seconds))
+    kvb, pair = c["kv_bytes_per_token"], c["attention_flops_per_pair"]
+    p1, pd, pp = params["decode1"], params["decode"], params["prefill"]
+    sel = f.regime == 0
+    out[sel] = p1["fixed_s"] + f.kv[sel] * kvb / (p1["kv_gbs"] * 1e9) + f.crit[sel] * p1["serial_s_per_token"]
+    sel = f.regime == 1
+    if sel.any():
+        graph = np.array([pd["graph_s"][str(b)] for b in f.buckets])
+        kv_rate = np.where(f.big[sel], pd["big"]["kv_gbs"], pd["small"]["kv_gbs"])
+        serial = np.where(f.big[sel], pd["big"]["serial_s_per_token"], pd["small"]["serial_s_per_token"])
+        out[sel] = (graph[f.graph[sel]] + f.kv[sel] * kvb / (kv_rate * 1e9) + f.crit[sel] * serial
+                    + f.seqs[sel] * pd["per_seq_s"])
+    sel = f.regime == 2
+    if sel.any():
+        weights = c["weight_bytes"] / (pp["weight_gbs"] * 1e9)
+        projections = f.m[sel] * c["flops_per_token"] / (pp["matmul_tflops"] * 1e12)
+        throughput = f.kv[sel] * kvb / (pp["kv_gbs"] * 1e9) + f.pairs[sel] * pair / (pp["attention_tflops"] * 1e12)
+        out[sel] = (pp["fixed_s"] + np.maximum(weights, projections)
+                    + np.maximum(throughput, f.crit[sel] * pp["serial_s_per_token"]) + f.seqs[sel] * pp["per_seq_s"])
     return out
 
 
 def check_coverage(passes: list[PassRecord]) -> None:
     """Enough passes of every regime, and the variety each term needs, or an error naming the
     shapes to add."""
-    counts = {r: 0 for r in REGIMES}
+    counts = {"decode1": 0, "decode": 0, "prefill": 0}
     for p in passes:
-        counts[regime_of(p)] += 1
+        counts[regime(p.new_tokens)] += 1
     what = {"decode1": "one sequence decoding (batch 1) at several context lengths",
             "decode": "batches of 2 or more sequences decoding, across batch sizes and contexts",
             "prefill": "prompts and prompt chunks (and mixed passes) of several lengths"}
     for r, n in counts.items():
         if n < MIN_PASSES[r]:
             raise ValueError(f"too few passes to fit the {r} regime ({n}, need {MIN_PASSES[r]}): time {what[r]}")
-    for r, test, need in (("decode", lambda p: len(p.new_tokens) >= 256, "decode batches of 256 or more (where the "
-                                                                           "projections turn compute-bound)"),
-                          ("prefill", lambda p: sum(p.new_tokens) >= 2048, "prompts of 2048 tokens or more"),
-                          ("prefill", lambda p: sum(p.new_tokens) <= 64, "short prompts (64 tokens or fewer)"),
-                          ("decode", lambda p: len(set(p.context_lens)) > 1 or p.context_lens[0] >= 4096,
-                           "decode over long or mixed contexts")):
-        if not any(regime_of(p) == r and test(p) for p in passes):
+    needs = (("decode", lambda p: len(p.new_tokens) >= 64, "decode batches of 64 or more (that fill the GPU)"),
+             ("prefill", lambda p: sum(p.new_tokens) >= 2048, "prompts of 2048 tokens or more"),
+             ("prefill", lambda p: sum(p.new_tokens) <= 64, "short prompts (64 tokens or fewer)"),
+             ("prefill", lambda p: max(p.context_lens) >= 4096, "chunks on a long cached context"),
+             ("decode", lambda p: max(p.context_lens) >= 4096, "decode over long contexts"))
+    for r, test, need in needs:
+        if not any(regime(p.new_tokens) == r and test(p) for p in passes):
             raise ValueError(f"the {r} regime's terms cannot be told apart: the passes lack {need}")
 
 
-def fit_params(passes: list[PassRecord], c: dict, buckets: list[int], token_buckets: list[int] = ()) -> dict:
+def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict:
     """The parameters minimising the passes' relative error (a few starts, the best kept)."""
     check_coverage(passes)
-    f = Features.of(passes, buckets, token_buckets)
+    f = Design.of(passes, model)
 
     def residuals(theta):
-        return predict(unpack(theta), c, f) / f.seconds - 1.0
+        return predict(unpack(theta, f.buckets), c, f) / f.seconds - 1.0
 
     best = None
     for scale in (1.0, 0.5, 2.0):
-        result = least_squares(residuals, initial() + np.log(scale), method="trf", x_scale=1.0, max_nfev=4000)
+        result = least_squares(residuals, initial(f.buckets) + np.log(scale), method="trf", max_nfev=3000)
         if best is None or result.cost < best.cost:
             best = result
-    return unpack(best.x)
+    return unpack(best.x, f.buckets)
 
 
 @dataclass
@@ -198,7 +201,7 @@ class ErrorRow:
 def error_table(passes: list[PassRecord], predicted: np.ndarray, split: list[str]) -> list[ErrorRow]:
     """MAPE, signed median error and worst shape group, per pass kind and split."""
     rel = np.array([pr / p.duration_s - 1 for p, pr in zip(passes, predicted)])
-    kinds = np.array([report_kind(p) for p in passes])
+    kinds = np.array([p.kind for p in passes])
     groups = np.array([group_of(p) for p in passes])
     split = np.asarray(split)
     rows = []
@@ -214,21 +217,13 @@ def error_table(passes: list[PassRecord], predicted: np.ndarray, split: list[str
     return rows
 
 
-def calibration_file(params: dict, c: dict, meta: dict, buckets: list[int], token_buckets: list[int],
-                     errors: list[ErrorRow], prior: list[dict], replays: list[dict]) -> dict:
-    return {"format": FORMAT, **meta, "graph_buckets": buckets, "token_buckets": token_buckets, "constants": c,
-            "parameters": params,
-            "units": {name: unit for name, (unit, _) in PARAMETERS.items()},
-            "error": [e.__dict__ for e in errors], "roofline_prior_error": prior, "replays": replays}
-
-
 def roofline_prior_error(passes: list[PassRecord], model: ModelConfig, gpu) -> list[dict]:
     """How far the roofline alone (no fitted term, no overhead) is from the measured passes, per
     regime: the error to expect from a projection to a GPU that was never measured."""
     roof = RooflineCost(model, gpu, overhead_s=0.0)
     out = []
-    for r in REGIMES:
-        sel = [p for p in passes if regime_of(p) == r]
+    for r in ("decode1", "decode", "prefill"):
+        sel = [p for p in passes if regime(p.new_tokens) == r]
         if not sel:
             continue
         rel = np.array([roof.pass_time(p.new_tokens, p.context_lens) / p.duration_s - 1 for p in sel])
@@ -237,19 +232,25 @@ def roofline_prior_error(passes: list[PassRecord], model: ModelConfig, gpu) -> l
     return out
 
 
+def _show(name: str, v: float) -> str:
+    unit = UNITS[name]
+    if name == "serial_s_per_token":
+        return f"serial {v * 1e9:.2f} ns/position"
+    short = name.removesuffix("_s").removesuffix("_gbs").removesuffix("_tflops")
+    return f"{short} {v * 1e6:.1f} us" if unit == "s" else f"{short} {v:,.0f} {unit}"
+
+
 def format_params(params: dict) -> str:
     """The fitted parameters with their units, a line per regime."""
-    lines = []
-    for r in REGIMES:
-        p = params[r]
-        parts = []
-        for name, (unit, _) in PARAMETERS.items():
-            v = p[name]
-            if not v:
-                continue
-            text = f"{v * 1e6:.1f} us" if unit == "s" else f"{v:,.0f} {unit}"
-            parts.append(f"{name.removesuffix('_s').removesuffix('_gbs').removesuffix('_tflops')} {text}")
-        lines.append(f"  {r:<8} " + ", ".join(parts))
+    d = params["decode"]
+    graph = d["graph_s"]
+    sizes = sorted(graph, key=int)
+    lines = ["  decode1  " + ", ".join(_show(k, params["decode1"][k]) for k in DECODE1),
+             f"  decode   graph {graph[sizes[0]] * 1e3:.3f} ms at batch {sizes[0]} .. {graph[sizes[-1]] * 1e3:.3f} ms at "
+             f"{sizes[-1]}, per_seq {d['per_seq_s'] * 1e6:.2f} us; small batches: "
+             + ", ".join(_show(k, d["small"][k]) for k in DECODE_RATES) + "; full: "
+             + ", ".join(_show(k, d["big"][k]) for k in DECODE_RATES),
+             "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]
     return "\n".join(lines)
 
 

@@ -56,7 +56,8 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
         for c in (0, 256, 1024, 4096, 16384):
             if n <= max_context and c <= max_context:
                 shapes.append(Shape(f"prefill n{n} c{c}", ((c, n),)))
-    for count, n in ((2, 512), (4, 256), (4, 1024), (8, 64), (8, 256), (16, 128), (3, 2048), (32, 16)):
+    for count, n in ((2, 512), (4, 256), (4, 1024), (8, 64), (8, 256), (16, 128), (3, 2048), (32, 16),
+                     (8, 2048), (16, 1024), (32, 1024), (24, 1344), (4, 4096), (64, 256)):
         if n <= max_context:
             shapes.append(Shape(f"prompts {count}x{n}", tuple((0, n) for _ in range(count))))
     for n in (128, 512, 1024, 2048):

@@ -10,6 +10,7 @@ replicas' records are merged into one run, each record naming its replica.
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import queue as queues
@@ -40,6 +41,7 @@ class WorkerSpec:
     kv_gib: float | None = None
     block_size: int = 16
     reserve_gib: float = 8.0
+    report_kv: bool = False    # publish the KV load every pass (for the least-kv router)
 
 
 class QueueArrivals:
@@ -109,9 +111,10 @@ def _worker(index: int, spec: WorkerSpec, inbox, outbox, done_count, kv_load, ru
 
         def on_pass(record) -> None:
             writer.pass_done(record)
-            kv = scheduler.kv
-            queued = sum(kv.blocks_for(s.num_tokens) for _, s in scheduler.waiting)
-            kv_load.value = (kv.used_blocks() + queued) / kv.num_blocks
+            if spec.report_kv:  # only the least-kv router reads it: a walk over the waiting queue each pass
+                kv = scheduler.kv
+                queued = sum(kv.blocks_for(s.num_tokens) for _, s in scheduler.waiting)
+                kv_load.value = (kv.used_blocks() + queued) / kv.num_blocks
 
         result = serve(QueueArrivals(inbox), scheduler, runner, run_id=run_id, overlap=spec.overlap,
                        on_request=on_request, on_pass=on_pass, replica=index, start_at=start_at)
@@ -141,6 +144,7 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
     """Serve `requests` (arrival order) on `replicas` replica processes behind `router`; the
     replicas' records end up merged in `run_dir` (requests.jsonl.gz, passes.jsonl.gz). Returns
     what happened: the requests each replica was sent, its passes, its KV blocks."""
+    spec = dataclasses.replace(spec, report_kv=router == "least-kv")
     ctx = mp.get_context("spawn")
     outbox = ctx.Queue()
     inboxes = [ctx.Queue() for _ in range(replicas)]
@@ -197,7 +201,7 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
     for p in processes:
         p.join(timeout=30)
     merge_replicas(run_dir, replicas)
-    return {"requests_per_replica": [h.sent for h in handles], "kv_blocks": [blocks[i] for i in range(replicas)],
+    return {"requests_per_replica": [h.sent for h in handles], "kv_blocks_per_replica": [blocks[i] for i in range(replicas)],
             "passes_per_replica": [finished[i]["passes"] for i in range(replicas)],
             "interrupted": interrupted or any(finished[i]["interrupted"] for i in range(replicas))}
 

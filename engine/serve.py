@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result, extra = serve_cluster(args, policy, router, reqs, store, run_id, source, kernels, graphs,
                                           max_model_len, bar)
-            num_blocks = extra["kv_blocks"][0]
+            num_blocks = min(extra["kv_blocks_per_replica"])
         bar.close()
         metrics = compute_metrics(result.requests, slos)
         row = {"run_id": run_id, "engine": "continuous", "policy": policy, **workload, "replay": args.replay,
@@ -337,6 +337,7 @@ def serve_cluster(args, policy, router, reqs, store, run_id, source, kernels, gr
                        progress=progress)
     requests = store.requests(run_id)
     passes = store.passes(run_id)
-    budget = make_scheduler(policy, BlockPool(info["kv_blocks"][0], args.block_size), **options).max_num_batched_tokens
+    budget = make_scheduler(policy, BlockPool(min(info["kv_blocks_per_replica"]), args.block_size),
+                            **options).max_num_batched_tokens
     return (ServeResult(requests, passes, info["interrupted"], time.perf_counter() - wall, {}),
             {"max_num_batched_tokens": budget, **info})

@@ -23,6 +23,7 @@ from sim.build import AXES, RunSpec, cli_fields, load_trace_file, simulate_spec
 from sim.output import atomic_dir, check_out_dir
 from traces.download import DownloadError
 
+REPO = Path(__file__).resolve().parent.parent
 SMALL_TRACE = 5000  # "auto" keeps token times up to this many requests, pass records up to 2000
 
 
@@ -152,6 +153,42 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if complete else 130
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import pandas as pd
+    from tqdm import tqdm
+
+    from sim.compare import charts, error_rows, report_page, run_compare, targets
+
+    out = args.out or args.results / "validation"
+    with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
+        def progress(i, n):
+            bar.total = n
+            bar.update(i - bar.n)
+        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress)
+    checks = targets(comparisons)
+    out.mkdir(parents=True, exist_ok=True)
+    errors = pd.DataFrame(error_rows(comparisons))
+    errors.to_csv(out / "errors.csv", index=False)
+    pd.DataFrame(checks).to_csv(out / "targets.csv", index=False)
+    show = errors[errors.metric.isin(["ttft", "tpot", "e2el"]) & errors.stat.isin(["p50", "p90", "p99"])]
+    wide = show.pivot_table(index="run_id", columns=["metric", "stat"], values="error", sort=False)
+    with pd.option_context("display.width", 220, "display.max_columns", 20, "display.float_format", "{:+.1%}".format):
+        print(wide.to_string())
+    met = sum(t["met"] for t in checks)
+    print(f"targets met on {met} of {len(checks)} runs (below saturation: |error| <= 5% at p50/p90, <= 10% at p99 of "
+          f"TTFT, TPOT, E2EL; above: queue growth within 10%)")
+    for c in comparisons:
+        print(f"  {c.run_id}: {c.diagnosis['verdict']}")
+    if not args.no_charts:
+        with tempfile.TemporaryDirectory() as scratch:
+            pictures = charts(comparisons, out, Path(scratch))
+            (out / "report.html").write_text(report_page(comparisons, checks, pictures, args.cost), encoding="utf-8")
+    print(f"written {out / 'errors.csv'}, {out / 'targets.csv'}" + ("" if args.no_charts else f", {out / 'report.html'}"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -167,8 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
     sw.add_argument("--resume", action="store_true",
                     help="keep the runs already in --out/runs.csv and run only the missing grid points")
+    cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)")
+    cmp.add_argument("--results", type=Path, default=REPO / "results", help="where the engine's runs are")
+    cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
+    cmp.add_argument("--only", default=None, help="only runs whose id contains this")
+    cmp.add_argument("--out", type=Path, default=None, help="report directory (default RESULTS/validation)")
+    cmp.add_argument("--no-charts", action="store_true")
     try:
         args = parser.parse_args(argv)
+        if args.command == "compare":
+            return cmd_compare(args)
         return cmd_run(args) if args.command == "run" else cmd_sweep(args)
     except (ValueError, FileNotFoundError, KeyError, DownloadError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)

@@ -231,7 +231,7 @@ class Replica:
 
     def decode_run(self, plan: ScheduledPass) -> tuple[int, float, float] | None:
         """(k, a, b): this steady plan repeats k > 1 times, pass j taking a + b*j; else None."""
-        line = self.cost.decode_line(len(plan.seqs), sum(plan.context_lens))
+        line = self.cost.decode_line(len(plan.seqs), sum(plan.context_lens), max(plan.context_lens))
         if line is None:
             return None
         a, b, valid = line

@@ -204,6 +204,12 @@ class PagedDecodeAttention(_SplitK):
     graphs captured at several batch sizes."""
 
     SLICES = {False: (64, 128), True: (16, 1024)}  # (slices, fewest positions a slice), by "batch fills the GPU"
+    FILLS_GPU = 128  # (sequence, KV head) pairs from which a batch fills the GPU
+
+    def slicing(self) -> dict:
+        """How contexts are sliced, for the cost model (`sim.calibrated`)."""
+        return {"kv_heads": self.kv_heads, "fills_gpu": self.FILLS_GPU, "block_n": self.block_n,
+                "small": list(self.SLICES[False]), "big": list(self.SLICES[True])}
 
     def __init__(self, max_batch: int, heads: int, kv_heads: int, head_dim: int, max_len: int, block_size: int,
                  device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
@@ -226,11 +232,11 @@ class PagedDecodeAttention(_SplitK):
         """The most slices a sequence's context is cut into when `batch` sequences are launched."""
         if self.fixed_split is not None:
             return triton.cdiv(self.context, self.fixed_split)
-        slices, shortest = self.SLICES[batch * self.kv_heads >= 128]
+        slices, shortest = self.SLICES[batch * self.kv_heads >= self.FILLS_GPU]
         return max(1, min(slices, triton.cdiv(self.context, shortest)))
 
     def slice_min(self, batch: int) -> int:
-        return self.SLICES[batch * self.kv_heads >= 128][1]
+        return self.SLICES[batch * self.kv_heads >= self.FILLS_GPU][1]
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, batch: int | None = None) -> torch.Tensor:

@@ -128,6 +128,6 @@ def chunk_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     _chunk_attention_kernel[grid](
         q, k_cache, v_cache, block_tables, query_start, context_lens, out, D ** -0.5 * 1.4426950408889634, S,
         k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), block_tables.stride(0), HEADS=heads, GROUP=group,
-        D=D, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_SIZE=k_cache.shape[1], SEARCH=max(1, S.bit_length()),
+        D=D, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_SIZE=k_cache.shape[1], SEARCH=max(11, S.bit_length()),
         num_warps=num_warps or (8 if rows >= 128 else 4), num_stages=num_stages)
     return out

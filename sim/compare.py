@@ -1,0 +1,341 @@
+"""`python -m sim compare`: the simulator against the real engine, run by run.
+
+For every open run of the continuous engine under results/continuous/ (measured on the GPU the
+cost model was calibrated on), the simulator replays exactly the same requests (arrival times,
+prompt and output lengths, from the run's own request records) with the same policy, limits,
+KV blocks, replicas, router and overlap, with the calibrated cost model. Per run it sets the
+metrics side by side (mean, p50, p90, p99 of TTFT, TPOT, ITL and E2EL, throughput, mean batch
+size, preemptions) with the signed error, and says where a miss comes from, from the records:
+the cost model on the run's own passes (predicted against measured durations), the engine's
+idle time between passes (which the simulator does not have), preemptions, and what is left
+(queueing). Writes OUT/errors.csv, OUT/report.html (one page, opens from disk) and the charts.
+"""
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.metrics import compute_metrics
+from core.records import PassRecord, RequestRecord
+from core.runstore import RunStore
+from traces.trace import Trace
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass
+class Comparison:
+    row: dict                 # the engine run's row
+    real: list[RequestRecord]
+    real_passes: list[PassRecord]
+    sim: list[RequestRecord]
+    sim_passes: list[PassRecord]
+    table: list[dict]         # metric, stat, real, sim, error
+    diagnosis: dict
+
+    @property
+    def run_id(self) -> str:
+        return self.row["run_id"]
+
+
+def engine_runs(results: Path, gpu: str | None = None) -> list[dict]:
+    store = RunStore(results / "continuous")
+    if not store.rows_path.exists():
+        return []
+    return [r for r in store.rows() if r.get("status") == "ok" and r.get("workload") and (gpu is None or r["gpu"] == gpu)]
+
+
+def trace_of(requests: list[RequestRecord], name: str) -> Trace:
+    """The run's own requests as a trace: the arrivals the engine saw, the lengths it served."""
+    order = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    return Trace(np.array([r.arrival_s for r in order]), np.array([r.prompt_tokens for r in order]),
+                 np.array([r.max_output_tokens for r in order]), [r.request_id for r in order], name=name)
+
+
+def simulate_like(row: dict, requests: list[RequestRecord], cost: str):
+    """The simulation of an engine run: its requests, its configuration."""
+    from sim.build import RunSpec, simulate_spec
+    kv_blocks = row["kv_blocks"]
+    if isinstance(kv_blocks, list):  # a row of several replicas may list each one's (they are equal GPUs)
+        kv_blocks = min(kv_blocks)
+    spec = RunSpec(trace=row["run_id"], policy=row["policy"], cost=cost, model=row["model"],
+                   replicas=row.get("replicas") or 1, router=row.get("router") or "round-robin",
+                   order=row.get("order", "fcfs"), max_num_seqs=row["max_num_seqs"],
+                   max_num_batched_tokens=row["max_num_batched_tokens"], max_model_len=row["max_model_len"],
+                   block_size=row["block_size"], kv_blocks=kv_blocks, preemption=row["preemption"],
+                   overlap=bool(row.get("overlap")), keep_token_times=True, log_passes=True,
+                   run_id=f"sim-{row['run_id']}")
+    return simulate_spec(spec, trace=trace_of(requests, row["run_id"]))
+
+
+def stats(metrics) -> dict:
+    out = {}
+    for name in METRICS:
+        d = getattr(metrics, name)
+        out[name] = {"mean": d.mean, "p50": d.percentiles.get(50.0, d.median), "p90": d.percentiles.get(90.0),
+                     "p99": d.percentiles.get(99.0)}
+    return out
+
+
+def signed(sim: float, real: float) -> float:
+    return sim / real - 1 if real and not math.isnan(real) and not math.isnan(sim) else math.nan
+
+
+def saturated(row: dict) -> bool:
+    """The engine could not keep up: requests waited longer than a quarter second at the median."""
+    return row["median_ttft_ms"] > 250
+
+
+def in_system(requests: list[RequestRecord], times: np.ndarray) -> np.ndarray:
+    """Requests arrived and not finished, at each of `times`."""
+    arrive = np.sort([r.arrival_s for r in requests])
+    leave = np.sort([r.finish_s if r.finish_s is not None else r.arrival_s for r in requests])
+    return np.searchsorted(arrive, times, side="right") - np.searchsorted(leave, times, side="right")
+
+
+def queue_growth(requests: list[RequestRecord]) -> float:
+    """Requests a second the system gains while requests arrive (the slope of requests in the
+    system over the arrival period; ~0 below saturation)."""
+    arrivals = [r.arrival_s for r in requests]
+    t = np.linspace(min(arrivals), max(arrivals), 50)
+    n = in_system(requests, t)
+    return float(np.polyfit(t, n, 1)[0]) if t[-1] > t[0] else 0.0
+
+
+def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
+    real = store.requests(row["run_id"])
+    real_passes = store.passes(row["run_id"])
+    result = simulate_like(row, real, cost)
+    real_m, sim_m = compute_metrics(real), compute_metrics(result.requests)
+    rs, ss = stats(real_m), stats(sim_m)
+    table = [{"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": ss[name][st] * 1e3,
+              "error": signed(ss[name][st], rs[name][st])} for name in METRICS for st in STATS]
+    real_batch = float(np.mean([p.batch_size for p in real_passes]))
+    sim_batch = float(np.mean([p.batch_size for p in result.passes])) if result.passes else math.nan
+    table += [{"metric": "output_throughput", "stat": "tok/s", "real_ms": real_m.output_throughput,
+               "sim_ms": sim_m.output_throughput, "error": signed(sim_m.output_throughput, real_m.output_throughput)},
+              {"metric": "mean_batch_size", "stat": "", "real_ms": real_batch, "sim_ms": sim_batch,
+               "error": signed(sim_batch, real_batch)},
+              {"metric": "preemptions", "stat": "", "real_ms": real_m.preemptions, "sim_ms": sim_m.preemptions,
+               "error": signed(sim_m.preemptions, real_m.preemptions) if real_m.preemptions else
+               (0.0 if not sim_m.preemptions else math.nan)}]
+    measured = np.array([p.duration_s for p in real_passes])
+    predicted = np.array(cost_model.predict_all(real_passes))
+    gaps = []
+    for r in sorted({p.replica for p in real_passes}):
+        mine = [p for p in real_passes if p.replica == r]
+        gaps += [max(0.0, b.start_s - a.start_s - a.duration_s) for a, b in zip(mine, mine[1:])]
+    busy = measured.sum()
+    diagnosis = {
+        "pass_cost_error": float(predicted.sum() / busy - 1),
+        "pass_cost_mape": float(np.mean(np.abs(predicted / measured - 1))),
+        "idle_between_passes": float(np.sum([g for g in gaps if g < 0.05]) / busy) if busy else 0.0,
+        "preemptions": [real_m.preemptions, sim_m.preemptions],
+        "saturated": saturated(row),
+        "queue_growth": [queue_growth(real), queue_growth(result.requests)],
+        "requests_per_replica": [list(np.bincount([r.replica for r in real], minlength=row.get("replicas") or 1)),
+                                 list(np.bincount([r.replica for r in result.requests],
+                                                  minlength=row.get("replicas") or 1))],
+    }
+    diagnosis["verdict"] = verdict(table, diagnosis)
+    return Comparison(row, real, real_passes, result.requests, result.passes, table, diagnosis)
+
+
+def verdict(table: list[dict], d: dict) -> str:
+    """Where the miss comes from, in a sentence."""
+    ttft = next(t["error"] for t in table if t["metric"] == "ttft" and t["stat"] == "p50")
+    tpot = next(t["error"] for t in table if t["metric"] == "tpot" and t["stat"] == "p50")
+    parts = [f"the cost model prices the run's own passes {d['pass_cost_error']:+.1%} in total "
+             f"({d['pass_cost_mape']:.1%} per pass)"]
+    if d["idle_between_passes"] > 0.01:
+        parts.append(f"the GPU idled {d['idle_between_passes']:.1%} of its busy time between passes, which the "
+                     f"simulator does not model")
+    if d["preemptions"][0] != d["preemptions"][1]:
+        parts.append(f"preemptions differ (real {d['preemptions'][0]}, simulated {d['preemptions'][1]})")
+    if d["saturated"]:
+        real_g, sim_g = d["queue_growth"]
+        parts.append(f"saturated: the queue grows {real_g:.1f} req/s real, {sim_g:.1f} simulated")
+    elif abs(ttft - d["pass_cost_error"]) > 0.05 and abs(ttft) > 0.05:
+        parts.append(f"TTFT's {ttft:+.1%} beyond the pass cost is queueing and admission order")
+    if abs(tpot - d["pass_cost_error"]) <= 0.03:
+        parts.append("TPOT follows the pass cost")
+    return "; ".join(parts)
+
+
+def load_cost(cost: str, model: str):
+    from sim.cost import parse_cost
+    return parse_cost(cost, model)[0]
+
+
+def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
+                progress=None) -> list[Comparison]:
+    store = RunStore(results / "continuous")
+    rows = engine_runs(results, gpu)
+    if only:
+        rows = [r for r in rows if only in r["run_id"]]
+    if not rows:
+        raise ValueError(f"no open runs of the continuous engine under {store.root}"
+                         + (f" matching {only!r}" if only else "") + "; measure some with python -m engine serve-trace")
+    out = []
+    models = {}
+    for i, row in enumerate(rows):
+        model = models.setdefault(row["model"], load_cost(cost, row["model"]))
+        out.append(compare(row, store, cost, model))
+        if progress is not None:
+            progress(i + 1, len(rows))
+    return out
+
+
+def error_rows(comparisons: list[Comparison]) -> list[dict]:
+    rows = []
+    for c in comparisons:
+        w = c.row
+        base = {"run_id": c.run_id, "workload": w["workload"], "rate": w.get("rate"), "rate_scale": w.get("rate_scale"),
+                "policy": w["policy"], "replicas": w.get("replicas") or 1, "router": w.get("router"),
+                "requests": w["requests"], "saturated": c.diagnosis["saturated"],
+                "pass_cost_error": c.diagnosis["pass_cost_error"]}
+        for t in c.table:
+            rows.append(base | t)
+    return rows
+
+
+def targets(comparisons: list[Comparison]) -> list[dict]:
+    """Per run below saturation: worst |error| of p50/p90 (target 5%) and p99 (target 10%) over
+    TTFT, TPOT and E2EL; above: the queue's growth, real against simulated (target 10%)."""
+    out = []
+    for c in comparisons:
+        if c.diagnosis["saturated"]:
+            real_g, sim_g = c.diagnosis["queue_growth"]
+            out.append({"run_id": c.run_id, "saturated": True, "queue_growth_error": signed(sim_g, real_g),
+                        "met": abs(signed(sim_g, real_g)) <= 0.10})
+            continue
+        sel = [t for t in c.table if t["metric"] in ("ttft", "tpot", "e2el")]
+        mid = max(abs(t["error"]) for t in sel if t["stat"] in ("p50", "p90"))
+        tail = max(abs(t["error"]) for t in sel if t["stat"] == "p99")
+        out.append({"run_id": c.run_id, "saturated": False, "worst_p50_p90": mid, "worst_p99": tail,
+                    "met": mid <= 0.05 and tail <= 0.10})
+    return out
+
+
+# ---------------------------------------------------------------- charts and the page
+
+
+def charts(comparisons: list[Comparison], out: Path, scratch: Path) -> dict[str, Path]:
+    """CDF overlays per run (into `scratch`: the page inlines them), latency against rate, batch
+    size and requests in the system over time (into `out`), as PNG and HTML."""
+    import altair as alt
+    import pandas as pd
+
+    paths = {}
+    frames = []
+    for c in comparisons:
+        for side, recs in (("real", c.real), ("simulated", c.sim)):
+            done = [r for r in recs if r.completed]
+            for name, values in (("TTFT", [r.ttft_s for r in done]), ("TPOT", [r.tpot_s for r in done if r.tpot_s]),
+                                 ("E2EL", [r.e2el_s for r in done])):
+                v = np.sort(np.asarray(values, float)) * 1e3
+                if not len(v):
+                    continue
+                q = np.linspace(0, 1, min(200, len(v)))
+                frames.append(pd.DataFrame({"run": c.run_id, "side": side, "metric": name,
+                                            "ms": np.quantile(v, q), "fraction": q}))
+    cdf = pd.concat(frames)
+    for c in comparisons:
+        chart = alt.Chart(cdf[cdf.run == c.run_id]).mark_line().encode(
+            x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms"), y=alt.Y("fraction:Q", title="fraction of requests"),
+            color=alt.Color("side:N", title=None), strokeDash="side:N").properties(width=220, height=160).facet(
+            column=alt.Column("metric:N", title=None)).resolve_scale(x="independent").properties(title=c.run_id)
+        paths[f"cdf-{c.run_id}"] = save(chart, scratch / f"cdf-{c.run_id}")
+    seed = [c for c in comparisons if c.row["workload"] == "seed" and (c.row.get("replicas") or 1) == 1]
+    if seed:
+        rows = []
+        for c in seed:
+            for t in c.table:
+                if t["metric"] in ("ttft", "tpot") and t["stat"] in ("p50", "p99"):
+                    for side in ("real", "sim"):
+                        rows.append({"rate": c.row["rate"], "policy": c.row["policy"], "series": f"{t['metric'].upper()} {t['stat']}",
+                                     "side": "real" if side == "real" else "simulated", "ms": t[f"{side}_ms"]})
+        df = pd.DataFrame(rows)
+        chart = alt.Chart(df).mark_line(point=True).encode(
+            x=alt.X("rate:Q", scale=alt.Scale(type="log"), title="arrival rate (req/s)"),
+            y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms"), color=alt.Color("series:N"),
+            strokeDash=alt.StrokeDash("side:N", title=None)).properties(width=300, height=220).facet(
+            column=alt.Column("policy:N")).properties(
+            title="The seed's open workload on one H200: real (solid) and simulated (dashed); saturation past ~100 req/s")
+        paths["latency-vs-rate"] = save(chart, out / "latency-vs-rate")
+    rows = []
+    for c in comparisons:
+        if c.row["workload"] != "seed" and (c.row.get("replicas") or 1) == 1 and (c.row.get("rate_scale") or 1) == 1:
+            for side, passes, recs in (("real", c.real_passes, c.real), ("simulated", c.sim_passes, c.sim)):
+                t = np.array([p.start_s for p in passes])
+                if not len(t):
+                    continue
+                edges = np.linspace(0, max(r.finish_s or r.arrival_s for r in recs), 60)
+                idx = np.clip(np.searchsorted(edges, t) - 1, 0, len(edges) - 2)
+                batch = np.array([p.batch_size for p in passes])
+                mean_batch = [batch[idx == i].mean() if (idx == i).any() else 0.0 for i in range(len(edges) - 1)]
+                inside = in_system(recs, edges[:-1])
+                for i in range(len(edges) - 1):
+                    rows.append({"run": c.run_id, "side": side, "time_s": edges[i], "value": mean_batch[i],
+                                 "series": "batch size (mean over the interval)"})
+                    rows.append({"run": c.run_id, "side": side, "time_s": edges[i], "value": float(inside[i]),
+                                 "series": "requests in the system"})
+    if rows:
+        df = pd.DataFrame(rows)
+        chart = alt.Chart(df).mark_line().encode(
+            x=alt.X("time_s:Q", title="time (s)"), y=alt.Y("value:Q", title=None), color=alt.Color("side:N", title=None),
+            strokeDash="side:N").properties(width=320, height=140).facet(
+            row=alt.Row("run:N", title=None), column=alt.Column("series:N", title=None)).resolve_scale(y="independent")
+        paths["over-time"] = save(chart, out / "over-time")
+    return paths
+
+
+def save(chart, stem: Path) -> Path:
+    chart.save(str(stem) + ".html")
+    chart.save(str(stem) + ".png", ppi=96)
+    return Path(str(stem) + ".png")
+
+
+def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dict[str, Path], cost: str) -> str:
+    """One HTML page with the error table, the diagnosis and the charts inlined (opens offline)."""
+    def img(path: Path) -> str:
+        return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}">'
+
+    def pct(x) -> str:
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1%}"
+
+    head = ("<html><head><meta charset='utf-8'><title>Simulator against engine</title><style>"
+            "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:13px} "
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} .bad{background:#fdd}</style></head><body>")
+    parts = [head, f"<h1>The simulator against the real engine</h1><p>Cost model <code>{cost}</code>. Each engine "
+             "run's requests replayed in the simulator with the same policy, limits, KV blocks, replicas, router and "
+             "overlap. Error = simulated / real - 1.</p>"]
+    parts.append("<h2>Targets</h2><table><tr><th>run</th><th>saturated</th><th>worst |error| p50/p90</th>"
+                 "<th>worst |error| p99</th><th>queue growth error</th><th>met</th></tr>")
+    for t in checks:
+        parts.append(f"<tr><td style='text-align:left'>{t['run_id']}</td><td>{t['saturated']}</td>"
+                     f"<td>{pct(t.get('worst_p50_p90'))}</td><td>{pct(t.get('worst_p99'))}</td>"
+                     f"<td>{pct(t.get('queue_growth_error'))}</td><td class='{'' if t['met'] else 'bad'}'>{t['met']}</td></tr>")
+    parts.append("</table>")
+    if "latency-vs-rate" in pictures:
+        parts.append("<h2>Latency against arrival rate</h2>" + img(pictures["latency-vs-rate"]))
+    if "over-time" in pictures:
+        parts.append("<h2>Batch size and requests in the system over time</h2>" + img(pictures["over-time"]))
+    for c in comparisons:
+        parts.append(f"<h2>{c.run_id}</h2><p>{c.diagnosis['verdict']}.</p><table><tr><th>metric</th><th>stat</th>"
+                     "<th>real</th><th>simulated</th><th>error</th></tr>")
+        for t in c.table:
+            bad = abs(t["error"]) > (0.10 if t["stat"] == "p99" else 0.05) if not math.isnan(t["error"]) else False
+            parts.append(f"<tr><td style='text-align:left'>{t['metric']}</td><td>{t['stat']}</td><td>{t['real_ms']:.3f}</td>"
+                         f"<td>{t['sim_ms']:.3f}</td><td class='{'bad' if bad else ''}'>{pct(t['error'])}</td></tr>")
+        parts.append("</table>")
+        key = f"cdf-{c.run_id}"
+        if key in pictures:
+            parts.append(img(pictures[key]))
+    parts.append("</body></html>")
+    return "\n".join(parts)
