@@ -177,7 +177,7 @@ def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_g
     assert not attn.tickets.any()
     for b in (0, 1, 2):
         ref = reference_attention(q[b:b + 1], keys[b], values[b], lens[b] - 1)[0]
-        assert rel(out[b].view(heads, D), ref) < 1e-4, b
+        assert rel(out[b].view(heads, D), ref) < 2e-3, b  # tf32 dots on a GPU
 
 
 def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
