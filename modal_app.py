@@ -3,10 +3,15 @@
     modal run modal_app.py::main --engine naive
     modal run modal_app.py::main --engine cached
     modal run modal_app.py::main --engine batched --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256,512,1024
+    modal run modal_app.py::arrivals --rates 1,3,5,7
+    modal run modal_app.py::calibrate
 
-The function runs the same harness as `python -m engine bench` on an A10G (the seed's card),
-writes its rows to the Modal volume `llm-serving-sim-results` under a directory per invocation,
-and the local entrypoint pulls that directory back and appends its rows to `results/<engine>/`.
+Each runs the same code as the local command line on an A10G (the seed's card): `main` is
+`python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
+continuous engine), `calibrate` is `python -m calibrate sweep` followed, on your machine, by
+`python -m calibrate fit` on the pulled-back sweep. The function writes under a directory per
+invocation on the Modal volume `llm-serving-sim-results`; the local entrypoint pulls that
+directory back and adds its runs to `results/<engine>/` (never overwriting a run).
 """
 from __future__ import annotations
 
@@ -30,68 +35,77 @@ image = (
     .add_local_dir(REPO / "core", "/root/core")
     .add_local_dir(REPO / "engine", "/root/engine")
     .add_local_dir(REPO / "traces", "/root/traces")
+    .add_local_dir(REPO / "calibrate", "/root/calibrate")
 )
+COMMANDS = ("bench", "serve-trace", "sweep")  # what the GPU function can run
 volume = modal.Volume.from_name("llm-serving-sim-results", create_if_missing=True)
 
 
-def benchmark_body(argv: list[str], results_root: str | Path, git_commit: str | None = None) -> str:
-    """What the Modal function does, runnable anywhere: the local CLI's harness, writing under
-    `results_root/<invocation stamp>/<engine>/`. Returns the stamp."""
-    from engine.bench import main as bench_main
-
+def command_body(command: str, argv: list[str], results_root: str | Path, git_commit: str | None = None) -> str:
+    """What the Modal function does, runnable anywhere: one of the local command lines
+    (`python -m engine bench`, `python -m engine serve-trace`, `python -m calibrate sweep`),
+    writing under `results_root/<invocation stamp>/<engine>/`. Returns the stamp."""
+    if command == "bench":
+        from engine.bench import main as run
+    elif command == "serve-trace":
+        from engine.serve import main as run
+    elif command == "sweep":
+        from calibrate.__main__ import sweep_main as run
+    else:
+        raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
     if git_commit:  # the container has the code but not its .git
         os.environ["GIT_COMMIT"] = git_commit
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    code = bench_main(list(argv) + ["--out", str(Path(results_root) / stamp)])
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    code = run(list(argv) + ["--out", str(Path(results_root) / stamp)])
     if code != 0:
-        raise RuntimeError(f"benchmark failed with exit code {code}: {' '.join(argv)}")
+        raise RuntimeError(f"{command} failed with exit code {code}: {' '.join(argv)}")
     return stamp
+
+
+def benchmark_body(argv: list[str], results_root: str | Path, git_commit: str | None = None) -> str:
+    """`python -m engine bench` with `argv` (the `main` entrypoint's function body)."""
+    return command_body("bench", argv, results_root, git_commit)
 
 
 def merge_results(src: Path, dest: Path) -> list[Path]:
     """Bring every engine's runs under `src` into `dest`, never overwriting: each run's directory
-    is copied in (a run id already there is an error), and rows are appended to runs.jsonl and
-    runs.csv (whose header must match)."""
+    is copied in (a run id already there is an error, checked before anything is copied), and
+    rows are appended to runs.jsonl, runs.csv following (redone whole if the rows bring new
+    columns, as every writer of runs.csv does)."""
+    from core.runstore import RunStore
+
+    engines = sorted(p for p in src.iterdir() if p.is_dir())
+    for engine_dir in engines:
+        for run_dir in (p for p in engine_dir.iterdir() if p.is_dir()):
+            if (dest / engine_dir.name / run_dir.name).exists():
+                raise ValueError(f"{dest / engine_dir.name / run_dir.name} exists already; not merging {run_dir}")
     written = []
-    for engine_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+    for engine_dir in engines:
         target = dest / engine_dir.name
         target.mkdir(parents=True, exist_ok=True)
         for run_dir in sorted(p for p in engine_dir.iterdir() if p.is_dir()):
-            if (target / run_dir.name).exists():
-                raise ValueError(f"{target / run_dir.name} exists already; not merging {run_dir}")
             shutil.copytree(run_dir, target / run_dir.name)
             written.append(target / run_dir.name)
-        for f in (engine_dir / "runs.jsonl", engine_dir / "runs.csv"):
-            if not f.exists():
-                continue
-            lines = f.read_text().splitlines(keepends=True)
-            out = target / f.name
-            if f.suffix == ".csv" and out.exists() and out.stat().st_size:
-                header, lines = lines[0], lines[1:]
-                if header.rstrip("\r\n") != out.read_text().splitlines()[0]:
-                    raise ValueError(f"{out}: columns differ from the new rows' ({f}); not merging")
-            with open(out, "a") as fh:
-                fh.writelines(lines)
-            written.append(out)
+        rows = RunStore(engine_dir).rows()
+        for row in rows:
+            RunStore(target).append_row(row)
+        if rows:
+            written.append(target / "runs.jsonl")
     return written
 
 
 @app.function(image=image, gpu="A10G", volumes={REMOTE_RESULTS: volume}, timeout=3 * 3600)
-def benchmark(argv: list[str], git_commit: str | None = None) -> str:
-    stamp = benchmark_body(argv, REMOTE_RESULTS, git_commit)
+def on_gpu(command: str, argv: list[str], git_commit: str | None = None) -> str:
+    stamp = command_body(command, argv, REMOTE_RESULTS, git_commit)
     volume.commit()
     return stamp
 
 
-@app.local_entrypoint()
-def main(engine: str = "cached", prompts: str = ALL_PROMPTS, batch_size: str = "1", model: str = "qwen2.5-1.5b",
-         dtype: str = "float16", new_tokens: int = 256, warmup: int = 2, runs: int = 5, graphs: str = "auto"):
+def _run_and_pull(command: str, argv: list[str]) -> list[Path]:
+    """Run `command` on Modal's GPU, pull its directory back into results/."""
     from engine.provenance import git_commit
 
-    argv = ["--engine", engine, "--prompts", prompts, "--batch-size", batch_size, "--model", model,
-            "--dtype", dtype, "--new-tokens", str(new_tokens), "--warmup", str(warmup), "--runs", str(runs),
-            "--graphs", graphs, "--gpu-spec", "a10g"]
-    stamp = benchmark.remote(argv, git_commit())
+    stamp = on_gpu.remote(command, argv, git_commit())
     with tempfile.TemporaryDirectory() as tmp:
         for entry in volume.listdir(stamp, recursive=True):
             if entry.type == modal.volume.FileEntryType.FILE:
@@ -100,5 +114,35 @@ def main(engine: str = "cached", prompts: str = ALL_PROMPTS, batch_size: str = "
                 with open(local, "wb") as f:
                     for chunk in volume.read_file(entry.path):
                         f.write(chunk)
-        for path in merge_results(Path(tmp) / stamp, REPO / "results"):
-            print(f"appended {path.relative_to(REPO)}")
+        written = merge_results(Path(tmp) / stamp, REPO / "results")
+    for path in written:
+        print(f"added {path.relative_to(REPO)}")
+    return written
+
+
+@app.local_entrypoint()
+def main(engine: str = "cached", prompts: str = ALL_PROMPTS, batch_size: str = "1", model: str = "qwen2.5-1.5b",
+         dtype: str = "float16", new_tokens: int = 256, warmup: int = 2, runs: int = 5, graphs: str = "auto"):
+    _run_and_pull("bench", ["--engine", engine, "--prompts", prompts, "--batch-size", batch_size, "--model", model,
+                            "--dtype", dtype, "--new-tokens", str(new_tokens), "--warmup", str(warmup),
+                            "--runs", str(runs), "--graphs", graphs, "--gpu-spec", "a10g"])
+
+
+@app.local_entrypoint()
+def arrivals(rates: str = "1,3,5,7", requests: int = 50, policy: str = "continuous,chunked", trace: str = "",
+             rate_scale: str = "", window: str = "", model: str = "qwen2.5-1.5b"):
+    """The seed's open runs: Poisson arrivals at each rate (or a trace), on the continuous engine."""
+    argv = ["--policy", policy, "--model", model]
+    argv += ["--trace", trace] if trace else ["--rates", rates, "--requests", str(requests)]
+    argv += ["--rate-scale", rate_scale] if rate_scale else []
+    argv += ["--window", window] if window else []
+    _run_and_pull("serve-trace", argv)
+
+
+@app.local_entrypoint()
+def calibrate(model: str = "qwen2.5-1.5b", repeats: int = 3):
+    """Time the pass-shape sweep on Modal's GPU, then fit the cost model here on what came back."""
+    from calibrate.__main__ import fit_main
+
+    _run_and_pull("sweep", ["--model", model, "--repeats", str(repeats)])
+    fit_main(["--results", str(REPO / "results"), "--gpu", "a10g"])

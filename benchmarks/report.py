@@ -29,7 +29,7 @@ def load(results: Path) -> dict[str, dict]:
     groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for f in sorted(results.glob("*/runs.jsonl")):
         for r in RunStore(f.parent).rows():
-            if r["status"] == "ok" and "prompt" in r:
+            if r.get("status") == "ok" and "prompt" in r:  # open runs and sweeps have no prompt
                 groups[r["gpu"]][(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
     return groups
 
@@ -50,7 +50,7 @@ def table(groups: dict, gpu_name: str) -> str:
         rows = hf.get((prompt, batch))
         return fmt(med(rows, key)) if rows else ""
 
-    order = {"cached": 0, "batched": 1, "naive": 2}
+    order = {"cached": 0, "batched": 1, "continuous": 2, "naive": 3}
 
     def key(item):
         (engine, mode, prompt, batch), _ = item

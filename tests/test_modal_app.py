@@ -12,12 +12,13 @@ ARGS = ["--engine", "cached", "--prompts", "p16", "--model", "tiny", "--device",
         "--new-tokens", "3", "--warmup", "0", "--runs", "2"]
 
 
-def test_the_app_defines_the_seeds_entrypoint_and_a_gpu_function():
+def test_the_app_defines_the_seeds_entrypoints_and_a_gpu_function():
     import modal
 
     assert modal_app.app.name == "llm-serving-sim"
-    assert isinstance(modal_app.main, modal.app.LocalEntrypoint)
-    assert isinstance(modal_app.benchmark, modal.Function)
+    for entrypoint in (modal_app.main, modal_app.arrivals, modal_app.calibrate):
+        assert isinstance(entrypoint, modal.app.LocalEntrypoint)
+    assert isinstance(modal_app.on_gpu, modal.Function)
 
 
 def test_function_body_runs_the_harness_and_records_the_commit(tmp_path):
@@ -45,3 +46,39 @@ def test_pulled_back_rows_are_appended_not_overwritten(tmp_path):
     from core.runstore import RunStore
     store = RunStore(dest / "cached")
     assert all(len(store.passes(r["run_id"])) == 3 for r in store.rows()[:2])
+
+
+def test_arrivals_body_runs_an_open_run_and_merges_it(tmp_path):
+    stamp = modal_app.command_body("serve-trace", ["--rates", "50", "--requests", "3", "--output-tokens", "3",
+                                                   "--model", "tiny", "--device", "cpu"], tmp_path / "volume", "abc123")
+    dest = tmp_path / "results"
+    modal_app.merge_results(tmp_path / "volume" / stamp, dest)
+    from core.runstore import RunStore
+    store = RunStore(dest / "continuous")
+    (row,) = store.rows()
+    assert row["git_commit"] == "abc123" and row["completed"] == 3
+    assert len(store.requests(row["run_id"])) == 3
+
+
+def test_sweep_body_writes_a_calibration_sweep(tmp_path):
+    stamp = modal_app.command_body("sweep", ["--model", "tiny", "--device", "cpu", "--max-batch", "2",
+                                             "--max-context", "32", "--repeats", "1"], tmp_path)
+    from core.runstore import RunStore
+    (row,) = RunStore(tmp_path / stamp / "calibration").rows()
+    assert row["passes"] > 0 and len(RunStore(tmp_path / stamp / "calibration").passes(row["run_id"])) == row["passes"]
+
+
+def test_unknown_command_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown command"):
+        modal_app.command_body("rm", [], tmp_path)
+
+
+def test_merge_takes_rows_with_new_columns(tmp_path):
+    from core.runstore import RunStore
+    RunStore(tmp_path / "a" / "continuous").append_row({"run_id": "one", "x": 1})
+    RunStore(tmp_path / "b" / "continuous").append_row({"run_id": "two", "x": 2, "y": 3})
+    dest = tmp_path / "results"
+    modal_app.merge_results(tmp_path / "a", dest)
+    modal_app.merge_results(tmp_path / "b", dest)
+    assert [r["run_id"] for r in RunStore(dest / "continuous").rows()] == ["one", "two"]
+    assert (dest / "continuous" / "runs.csv").read_text().splitlines()[0] == "run_id,x,y"
