@@ -21,6 +21,7 @@ from core.metrics import compute_metrics, format_metrics, format_replications, p
 from core.records import records_to_csv, write_jsonl
 from sim.build import AXES, RunSpec, cli_fields, load_trace_file, simulate_spec
 from sim.output import atomic_dir, check_out_dir
+from sim.plot import add_plot_args, cmd_plot
 from traces.download import DownloadError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,9 +160,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from sim.compare import charts, error_rows, report_page, run_compare, targets
+    from sim.compare import charts, error_rows, report_page, run_compare, select_runs, targets
 
     out = args.out or args.results / "validation"
+    select_runs(args.results, only=args.only)  # none to compare: the error before the progress bar
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
         def progress(i, n):
             bar.total = n
@@ -210,10 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None, help="report directory (default RESULTS/validation)")
     cmp.add_argument("--no-charts", action="store_true")
+    add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     try:
         args = parser.parse_args(argv)
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "plot":
+            return cmd_plot(args)
         return cmd_run(args) if args.command == "run" else cmd_sweep(args)
     except (ValueError, FileNotFoundError, KeyError, DownloadError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)

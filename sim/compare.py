@@ -125,7 +125,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
                "error": signed(sim_m.preemptions, real_m.preemptions) if real_m.preemptions else
                (0.0 if not sim_m.preemptions else math.nan)}]
     measured = np.array([p.duration_s for p in real_passes])
-    predicted = np.array(cost_model.predict_all(real_passes))
+    predicted = np.array([cost_model.pass_time(p.new_tokens, p.context_lens) for p in real_passes])
     gaps = []
     for r in sorted({p.replica for p in real_passes}):
         mine = [p for p in real_passes if p.replica == r]
@@ -172,15 +172,21 @@ def load_cost(cost: str, model: str):
     return parse_cost(cost, model)[0]
 
 
-def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
-                progress=None) -> list[Comparison]:
-    store = RunStore(results / "continuous")
+def select_runs(results: Path, gpu: str | None = None, only: str | None = None) -> list[dict]:
+    """The open runs to compare (an error naming the directory when there are none)."""
     rows = engine_runs(results, gpu)
     if only:
         rows = [r for r in rows if only in r["run_id"]]
     if not rows:
-        raise ValueError(f"no open runs of the continuous engine under {store.root}"
+        raise ValueError(f"no open runs of the continuous engine under {results / 'continuous'}"
                          + (f" matching {only!r}" if only else "") + "; measure some with python -m engine serve-trace")
+    return rows
+
+
+def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
+                progress=None) -> list[Comparison]:
+    store = RunStore(results / "continuous")
+    rows = select_runs(results, gpu, only)
     out = []
     models = {}
     for i, row in enumerate(rows):

@@ -1,0 +1,90 @@
+"""`python -m sim compare` on a committed fixture: a real open run of the tiny model on a CPU
+(tests/fixtures/compare-tiny, made by
+`python -m engine serve-trace --trace tests/fixtures/compare-tiny/trace.csv --model tiny --device cpu --policy continuous --out tests/fixtures/compare-tiny`)
+replayed in the simulator with a constant pass cost, so that both sides of the error table can be
+computed by hand: the real side from the records, the simulated side from the trace (its
+requests arrive 0.25 s apart and each is done in at most 6 passes of 10 ms, so none waits)."""
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sim.__main__ import main as sim_main
+from sim.compare import run_compare, targets
+
+FIXTURE = Path(__file__).parent / "fixtures" / "compare-tiny"
+COST = 0.01
+
+
+def percentile(values, q):
+    """numpy's default (linear) percentile, by hand."""
+    v = sorted(values)
+    rank = q / 100 * (len(v) - 1)
+    lo = int(rank)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (rank - lo) * (v[hi] - v[lo])
+
+
+def real_records():
+    (run_dir,) = [p for p in (FIXTURE / "continuous").iterdir() if p.is_dir()]
+    with gzip.open(run_dir / "requests.jsonl.gz", "rt") as f:
+        requests = [json.loads(line) for line in f]
+    with gzip.open(run_dir / "passes.jsonl.gz", "rt") as f:
+        passes = [json.loads(line) for line in f]
+    return requests, passes
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    (c,) = run_compare(FIXTURE, f"constant:{COST}")
+    return c
+
+
+def test_error_table_matches_a_hand_computation(comparison):
+    requests, _ = real_records()
+    ttft = [r["first_token_s"] - r["arrival_s"] for r in requests]
+    e2el = [r["finish_s"] - r["arrival_s"] for r in requests]
+    tpot = [(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1) for r in requests]
+    outputs = [r["output_tokens"] for r in requests]
+    sim = {"ttft": [COST] * 4, "tpot": [COST] * 4, "e2el": [COST * n for n in outputs]}
+    real = {"ttft": ttft, "tpot": tpot, "e2el": e2el}
+    table = {(t["metric"], t["stat"]): t for t in comparison.table}
+    for metric in ("ttft", "tpot", "e2el"):
+        for stat, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+            row = table[metric, stat]
+            want_real, want_sim = percentile(real[metric], q), percentile(sim[metric], q)
+            assert row["real_ms"] == pytest.approx(want_real * 1e3, rel=1e-9)
+            assert row["sim_ms"] == pytest.approx(want_sim * 1e3, rel=1e-9)
+            assert row["error"] == pytest.approx(want_sim / want_real - 1, rel=1e-9)
+        mean = table[metric, "mean"]
+        assert mean["real_ms"] == pytest.approx(sum(real[metric]) / 4 * 1e3, rel=1e-9)
+
+
+def test_diagnosis_prices_the_runs_own_passes(comparison):
+    _, passes = real_records()
+    measured = sum(p["duration_s"] for p in passes)
+    assert comparison.diagnosis["pass_cost_error"] == pytest.approx(COST * len(passes) / measured - 1, rel=1e-9)
+    assert comparison.diagnosis["saturated"] is False
+    (check,) = targets([comparison])
+    assert check["met"] is False and check["worst_p50_p90"] > 0.05  # 10 ms against a slow CPU run
+
+
+def test_cli_writes_the_report_and_tables(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    out = tmp_path / "validation"
+    assert sim_main(["compare", "--results", str(results), "--cost", f"constant:{COST}", "--out", str(out)]) == 0
+    for name in ("errors.csv", "targets.csv", "report.html"):
+        assert (out / name).stat().st_size > 0
+    rows = list(csv.DictReader(open(out / "errors.csv")))
+    assert {r["metric"] for r in rows} >= {"ttft", "tpot", "itl", "e2el", "output_throughput"}
+    assert "<img" in (out / "report.html").read_text() or "<svg" in (out / "report.html").read_text()
+
+
+def test_no_open_runs_is_a_one_line_error(tmp_path, capsys):
+    assert sim_main(["compare", "--results", str(tmp_path), "--cost", f"constant:{COST}", "--no-charts"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no open runs" in err[0]
