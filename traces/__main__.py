@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from traces import generate
-from traces.download import DEFAULT_DEST, PUBLIC_TRACES, DownloadError, download
+from traces.download import DEFAULT_DEST, PUBLIC_TRACES, DownloadError, download, resolve_trace
 from traces.errors import TraceError
 from traces.io import FORMATS, load_trace, save_trace
 from traces.tools import clip_to_context, rate_per_window, scale_rate, summary, window
@@ -145,10 +145,10 @@ def run(args: argparse.Namespace) -> None:
         trace = generated(args)
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
     elif args.command == "convert":
-        trace = load_trace(args.input, args.fmt)
+        trace = load_trace(resolve_trace(args.input), args.fmt)
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}")
     elif args.command == "summary":
-        trace = load_trace(args.input, args.fmt)
+        trace = load_trace(resolve_trace(args.input), args.fmt)
         for key, value in summary(trace).items():
             print(f"{key:>26}  {value:.6g}" if isinstance(value, float) else f"{key:>26}  {value}")
         if trace.span_s >= args.window:
@@ -157,13 +157,13 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "download":
         print(download(args.name, args.dest, use_local=not args.no_local))
     elif args.command == "clip":
-        trace, report = clip_to_context(load_trace(args.input), args.context)
+        trace, report = clip_to_context(load_trace(resolve_trace(args.input)), args.context)
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {report}")
     elif args.command == "scale":
-        trace = scale_rate(load_trace(args.input), args.rate)
+        trace = scale_rate(load_trace(resolve_trace(args.input)), args.rate)
         print(f"wrote {len(trace)} requests at {trace.rate:.4g} req/s to {save_trace(trace, args.out)}")
     elif args.command == "window":
-        trace = window(load_trace(args.input), args.start, args.end)
+        trace = window(load_trace(resolve_trace(args.input)), args.start, args.end)
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
 
 
