@@ -53,7 +53,12 @@ class BlockPool:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.free_ids: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        # Free blocks are a stack: given-back ids on top (the last given back is handed out first),
+        # under them the ids never handed out, num_blocks - unused, ..., num_blocks - 1, kept as a
+        # count rather than a list, so an idle pool of any size costs a few bytes (a list of every
+        # id was 10 MB per H200 replica).
+        self.free_ids: list[int] = []  # given back, not yet handed out again
+        self.unused = num_blocks  # ids num_blocks - unused .. num_blocks - 1 were never handed out
         self.peak_used = 0
 
     @property
@@ -62,7 +67,23 @@ class BlockPool:
 
     @property
     def free_blocks(self) -> int:
-        return len(self.free_ids)
+        return len(self.free_ids) + self.unused
+
+    def _take(self, need: int, table: list[int]) -> None:
+        """Append `need` free ids to `table`, from the top of the free stack (the caller checked
+        that there are that many)."""
+        free = self.free_ids
+        reused = min(need, len(free))
+        if reused == 1:
+            table.append(free.pop())
+        elif reused:
+            table += free[:-reused - 1:-1]  # the last `reused` ids, last first
+            del free[-reused:]
+        fresh = need - reused
+        if fresh:
+            start = self.num_blocks - self.unused
+            table += range(start, start + fresh)
+            self.unused -= fresh
 
     def used_blocks(self) -> int:
         """Blocks held by live sequences (cached-but-unreferenced prefix blocks don't count)."""
@@ -70,7 +91,7 @@ class BlockPool:
 
     def room(self) -> int:
         """Blocks a sequence could still be given (free, or evictable)."""
-        return len(self.free_ids)
+        return len(self.free_ids) + self.unused
 
     def blocks_for(self, tokens: int) -> int:
         return blocks_for(tokens, self.block_size)
@@ -86,14 +107,13 @@ class BlockPool:
             return True  # the common case: its last block has room
         need = blocks_for(tokens, self.block_size) - len(table)
         free = self.free_ids
-        if need > len(free):
-            return False
-        if need == 1:
+        if need == 1 and free:
             table.append(free.pop())
+        elif need > len(free) + self.unused:
+            return False
         else:
-            table += free[:-need - 1:-1]  # the last `need` ids, last first
-            del free[-need:]
-        used = self.num_blocks - len(free)
+            self._take(need, table)
+        used = self.num_blocks - len(free) - self.unused
         if used > self.peak_used:
             self.peak_used = used
         return True
@@ -131,7 +151,7 @@ class PrefixBlockPool(BlockPool):
         self.hit_tokens = 0  # prefill tokens skipped thanks to the cache, over the run
 
     def room(self) -> int:
-        return len(self.free_ids) + len(self.evictable) * self.per_entry
+        return len(self.free_ids) + self.unused + len(self.evictable) * self.per_entry
 
     def lookup(self, seq: "Sequence") -> int:
         hashes = seq.block_hashes
@@ -151,7 +171,7 @@ class PrefixBlockPool(BlockPool):
         new_hits = seq.block_hashes[seq.shared:hit // self.hash_block_tokens] if hit else ()
         reclaimed = sum(1 for h in new_hits if h in self.evictable)
         need = blocks_for(tokens, self.block_size) - len(seq.block_table) - len(new_hits) * pe
-        if need > len(self.free_ids) + (len(self.evictable) - reclaimed) * pe:
+        if need > len(self.free_ids) + self.unused + (len(self.evictable) - reclaimed) * pe:
             return False
         for h in new_hits:
             entry = self.entries[h]
@@ -164,12 +184,11 @@ class PrefixBlockPool(BlockPool):
             self.hit_tokens += len(new_hits) * self.hash_block_tokens
         if need > 0:
             free = self.free_ids
-            while len(free) < need:
+            while len(free) + self.unused < need:
                 h, _ = self.evictable.popitem(last=False)
                 free.extend(self.entries.pop(h)[0])
-            seq.block_table.extend(reversed(free[-need:]))
-            del free[-need:]
-        used = self.num_blocks - len(self.free_ids)
+            self._take(need, seq.block_table)
+        used = self.num_blocks - len(self.free_ids) - self.unused
         if used > self.peak_used:
             self.peak_used = used
         return True

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from core.records import RequestRecord
+from core.request_table import RequestTable
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 SLO_METRICS = ("ttft", "tpot", "e2el")
@@ -103,57 +104,65 @@ def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
     return slos
 
 
-def compute_metrics(records: Iterable[RequestRecord], slos: dict[str, float] | None = None,
+def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[str, float] | None = None,
                     percentiles: Iterable[float] = DEFAULT_PERCENTILES,
                     duration_s: float | None = None) -> Metrics:
-    """Metrics over a run's request records. `slos` maps ttft/tpot/e2el to seconds; `duration_s`
-    overrides the run's span (first arrival to last finish)."""
-    records = list(records)
+    """Metrics over a run's request records, given as records or as a `RequestTable` (the same
+    records in columns; records are turned into one, so both give the same numbers). `slos` maps
+    ttft/tpot/e2el to seconds; `duration_s` overrides the run's span (first arrival to last finish)."""
+    t = records if isinstance(records, RequestTable) else RequestTable.from_records(records)
     percentiles = tuple(percentiles)
-    done = [r for r in records if r.completed]
-    rejected = sum(1 for r in records if r.rejected is not None)
+    done = t.completed_mask()
+    rejected = len(t.rejected)
+    arrival, first, finish, out = t.arrival_s, t.first_token_s, t.finish_s, t.output_tokens
 
-    ttfts = [r.ttft_s for r in done if r.first_token_s is not None]
-    tpots = [r.tpot_s for r in done if r.tpot_s is not None]
-    e2els = [r.e2el_s for r in done]
-    itls: list[float] = []
-    keep_all = all(r.token_times_s or r.itl_count == 0 for r in done)
-    if keep_all:
-        for r in done:
-            itls.extend(r.itls_s())
-    itl = Distribution.of(itls, percentiles)
-    if not keep_all:  # some producer kept only the ITL summary: the mean is still exact
-        count = sum(r.itl_count for r in done)
+    started = done & ~np.isnan(first)
+    ttfts = first[started] - arrival[started]
+    has_tpot = started & (out >= 2)
+    tpots = (finish[has_tpot] - first[has_tpot]) / (out[has_tpot] - 1)
+    e2els = finish[done] - arrival[done]
+    kept = t.token_lengths()
+    keep_all = bool(np.all((kept[done] > 0) | (t.itl_count[done] == 0)))
+    if keep_all:  # every gap between consecutive token times of the completed requests, in order
+        itls = np.zeros(0)
+        if t.token_offsets is not None:
+            row = np.repeat(np.arange(len(t)), kept)
+            same = (row[1:] == row[:-1]) & done[row[:-1]]
+            times = t.token_times_s
+            itls = (times[1:] - times[:-1])[same]
+        itl = Distribution.of(itls, percentiles)
+    else:  # some producer kept only the ITL summary: the mean is still exact
+        count = int(t.itl_count[done].sum())
         nan = float("nan")
-        itl = Distribution(count, sum(r.itl_sum_s for r in done) / count if count else nan,
+        itl = Distribution(count, sum(t.itl_sum_s[done].tolist()) / count if count else nan,
                            nan, nan, {p: nan for p in percentiles})
 
+    completed = int(done.sum())
     if duration_s is None:
-        if done:
-            duration_s = max(r.finish_s for r in done) - min(r.arrival_s for r in records)
-        else:
-            duration_s = 0.0
+        duration_s = float(finish[done].max() - arrival.min()) if completed else 0.0
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: float("nan"))
 
     goodput = None
     if slos:
-        good = 0
-        for r in done:
-            values = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}
-            if all(values[k] is None or values[k] <= limit for k, limit in slos.items()):
-                good += 1
-        goodput = per_s(good)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = {"ttft": np.where(started, first - arrival, np.nan),
+                      "tpot": np.where(has_tpot, (finish - first) / (out - 1), np.nan),
+                      "e2el": finish - arrival}
+        good = done.copy()
+        for k, limit in slos.items():
+            good &= np.isnan(values[k]) | (values[k] <= limit)  # no value (e.g. one output token): no SLO
+        goodput = per_s(int(good.sum()))
 
-    total_in = sum(r.prompt_tokens for r in done)
-    total_out = sum(r.output_tokens for r in done)
+    total_in = int(t.prompt_tokens[done].sum())
+    total_out = int(out[done].sum())
     return Metrics(
-        completed=len(done), rejected=rejected, duration_s=duration_s,
+        completed=completed, rejected=rejected, duration_s=duration_s,
         total_input_tokens=total_in, total_output_tokens=total_out,
-        request_throughput=per_s(len(done)), output_throughput=per_s(total_out),
+        request_throughput=per_s(completed), output_throughput=per_s(total_out),
         total_token_throughput=per_s(total_in + total_out), goodput=goodput,
         ttft=Distribution.of(ttfts, percentiles), tpot=Distribution.of(tpots, percentiles),
         itl=itl, e2el=Distribution.of(e2els, percentiles),
-        preemptions=sum(r.preemptions for r in records),
+        preemptions=int(t.preemptions.sum()),
     )
 
 
