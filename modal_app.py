@@ -12,6 +12,9 @@ continuous engine), `calibrate` is `python -m calibrate sweep` followed, on your
 `python -m calibrate fit` on the pulled-back sweep. The function writes under a directory per
 invocation on the Modal volume `llm-serving-sim-results`; the local entrypoint pulls that
 directory back and adds its runs to `results/<engine>/` (never overwriting a run).
+
+`simulate_point` is the simulator's: `python -m sim sweep ... --modal` and
+`python -m sim capacity ... --modal` map it over their grid points, on CPU containers.
 """
 from __future__ import annotations
 
@@ -99,6 +102,28 @@ def on_gpu(command: str, argv: list[str], git_commit: str | None = None) -> str:
     stamp = command_body(command, argv, REMOTE_RESULTS, git_commit)
     volume.commit()
     return stamp
+
+
+# The simulator's grid points (`python -m sim sweep|capacity --modal`): CPU only, no torch; the
+# committed calibrations travel with the code so that --cost calibrated:NAME works there too.
+sim_image = (
+    modal.Image.debian_slim(python_version="3.11")
+    .pip_install("simpy>=4.1", "numpy>=1.26", "pandas>=2.1", "tqdm>=4.66")
+    .add_local_dir(REPO / "core", "/root/core")
+    .add_local_dir(REPO / "sim", "/root/sim")
+    .add_local_dir(REPO / "traces", "/root/traces")
+)
+for _calibration in sorted((REPO / "results" / "calibration").glob("*.json")):
+    sim_image = sim_image.add_local_file(_calibration, f"/root/results/calibration/{_calibration.name}")
+
+
+@app.function(image=sim_image, cpu=1.0, timeout=3600)
+def simulate_point(spec: dict, slos: dict | None = None, trace=None) -> dict:
+    """One simulated run's row from its RunSpec as a dict (`trace`: the loaded trace it replays);
+    the same function, sim.fanout.point_row, that local worker processes run."""
+    from sim.fanout import point_row
+
+    return point_row(spec, slos, trace)
 
 
 def _run_and_pull(command: str, argv: list[str]) -> list[Path]:

@@ -149,9 +149,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(args.out, args.overwrite, args.resume)
     load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
-    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume)
+    if args.modal:
+        from sim.fanout import check_modal
+        check_modal(base)
+    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, modal=args.modal)
     print_summary(rows, axes, slos, args.out)
     return 0 if complete else 130
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from sim import capacity
+    from sim.fanout import check_modal, runner
+    slos, goodput = capacity.parse_slos(args.slo), parse_goodput(args.goodput)
+    searched = capacity.SEARCHES[args.search]
+    given = {k: getattr(args, k) for k in AXES if isinstance(getattr(args, k), list)}  # the flags given
+    axes = {k: (v if isinstance(v, list) else [v]) for k in AXES if (v := getattr(args, k)) is not None}
+    base = spec_from_args(args, **{k: v[0] for k, v in axes.items()})
+    points, start = capacity.probe_points(base, axes, searched, given, args.start, slos, args.tolerance)
+    check_replications(points[0], args.replications)
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.modal:
+        check_modal(base)
+    if args.out is not None:
+        check_out_dir(args.out, args.overwrite)
+    with runner(args.jobs, args.modal) as run:
+        searches = capacity.run_searches(points, searched, slos, run, start=start, replications=args.replications,
+                                         tolerance=args.tolerance, goodput=goodput)
+    capacity.report(searches, searched, axes, slos, args.replications, args.tolerance, args.out)
+    return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -203,9 +229,25 @@ def main(argv: list[str] | None = None) -> int:
                      help="keep a PassRecord per pass (auto: for traces up to 2,000 requests)")
     sw = sub.add_parser("sweep", help="simulate a grid of configurations in parallel")
     add_run_args(sw, sweep=True)
-    sw.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
     sw.add_argument("--resume", action="store_true",
                     help="keep the runs already in --out/runs.csv and run only the missing grid points")
+    cap = sub.add_parser("capacity", help="the highest rate, or the fewest replicas, that meets SLOs (bisection)")
+    add_run_args(cap, sweep=True)
+    cap.add_argument("--search", choices=("rate", "rate-scale", "replicas"), default="rate",
+                     help="what to search: Poisson arrivals at RATE req/s with the trace's lengths (default), "
+                          "the trace's own arrivals RATE_SCALE times faster, or the fewest replicas at the "
+                          "load the other options give")
+    cap.add_argument("--slo", nargs="+", required=True, metavar="NAME:STAT:MS",
+                     help="SLOs every probe must meet, e.g. ttft:p99:200 tpot:p99:20 (NAME: ttft, tpot, itl, "
+                          "e2el; STAT: mean, p50, p90, p99)")
+    cap.add_argument("--start", type=float, default=None,
+                     help="the first probe (default: the trace's mean rate; rate scale 1; 1 replica)")
+    cap.add_argument("--tolerance", type=float, default=0.02,
+                     help="rates: stop when the probes that meet and fail are this close, relative (default 0.02)")
+    for p in (sw, cap):
+        p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
+        p.add_argument("--modal", action="store_true",
+                       help="run the points on Modal (modal_app.py simulate_point, .map) instead of local processes")
     cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)")
     cmp.add_argument("--results", type=Path, default=REPO / "results", help="where the engine's runs are")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
@@ -217,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "capacity":
+            return cmd_capacity(args)
         if args.command == "plot":
             return cmd_plot(args)
         return cmd_run(args) if args.command == "run" else cmd_sweep(args)

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import csv
 import itertools
-import os
-import signal
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
-from core.metrics import compute_metrics, summarize_replications
-from sim.build import AXES, RunSpec, simulate_spec
+from core.metrics import summarize_replications
+from sim.build import AXES, RunSpec
+from sim.fanout import runner
 
 SHOWN = ["request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
 
@@ -34,25 +32,10 @@ def grid(base: RunSpec, replications: int = 1, **axes: Sequence) -> list[RunSpec
     return specs
 
 
-def run_point(spec: RunSpec, slos: dict[str, float] | None = None) -> dict:
-    """One run's row: the axes' values, the seed, the metrics (vLLM names) and the run's cost."""
-    result = simulate_spec(spec)
-    row = {name: getattr(spec, name) for name in AXES}
-    row["seed"] = spec.seed
-    row.update(compute_metrics(result.requests, slos).as_row())
-    row["passes"] = result.num_passes
-    row["wall_s"] = result.wall_s
-    return row
-
-
 def _key(row: dict) -> tuple:
     """A run's place in the grid, as text (so rows read back from runs.csv match)."""
     return tuple("" if row[k] is None else str(float(row[k]) if k in ("rate", "rate_scale") else row[k])
                  for k in (*AXES, "seed"))
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers leave Ctrl-C to the main process
 
 
 def _read_done(path: Path) -> list[dict]:
@@ -92,53 +75,39 @@ class _RowFile:
 
 
 def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int | None = None,
-          progress: bool = True, out: Path | None = None, resume: bool = False) -> tuple[list[dict], bool]:
-    """Run every spec, `jobs` at a time in worker processes (1: in this process), appending each
-    row to out/runs.csv as it finishes. Returns the rows (with those already there when resuming)
-    and whether the sweep completed; Ctrl-C stops the workers at once and keeps what finished."""
+          progress: bool = True, out: Path | None = None, resume: bool = False,
+          modal: bool = False) -> tuple[list[dict], bool]:
+    """Run every spec, `jobs` at a time in worker processes (1: in this process), or on Modal
+    (`sim.fanout`), appending each row to out/runs.csv as it finishes. Returns the rows (with
+    those already there when resuming) and whether the sweep completed; Ctrl-C stops the workers
+    at once and keeps what finished."""
     runs_csv = out / "runs.csv" if out is not None else None
     rows: list[dict] = []
-    if runs_csv is not None and not resume and runs_csv.exists():
-        runs_csv.unlink()  # --overwrite
-    if resume and runs_csv is not None:
-        rows = _read_done(runs_csv)
-        done = {_key(r) for r in rows}
-        specs = [s for s in specs if _key({**{k: getattr(s, k) for k in AXES}, "seed": s.seed}) not in done]
-    jobs = min(jobs or os.cpu_count() or 1, max(1, len(specs)))
-    bar = tqdm(total=len(specs) + len(rows), initial=len(rows), desc="sweep", unit="run", disable=not progress)
-    sink = _RowFile(runs_csv)
-    complete = True
+    complete, total = True, len(specs)
     try:
-        if jobs == 1:
-            for spec in specs:
-                rows.append(run_point(spec, slos))
-                sink.write(rows[-1])
-                bar.update()
-        else:
-            pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+        with runner(jobs, modal) as run:  # a refusal (Modal: no account) comes before anything is written
+            if runs_csv is not None and not resume and runs_csv.exists():
+                runs_csv.unlink()  # --overwrite
+            if resume and runs_csv is not None:
+                rows = _read_done(runs_csv)
+                done = {_key(r) for r in rows}
+                specs = [s for s in specs if _key({**{k: getattr(s, k) for k in AXES}, "seed": s.seed}) not in done]
+                total = len(specs) + len(rows)
+            bar = tqdm(total=total, initial=len(rows), desc="sweep", unit="run", disable=not progress)
+            sink = _RowFile(runs_csv)
             try:
-                pending = {pool.submit(run_point, spec, slos) for spec in specs}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        rows.append(future.result())
-                        sink.write(rows[-1])
-                        bar.update()
-            except BaseException:
-                for process in list(getattr(pool, "_processes", {}).values()):
-                    process.terminate()
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown()
+                for row in run(specs, slos):
+                    rows.append(row)
+                    sink.write(row)
+                    bar.update()
+            finally:
+                sink.close()
+                bar.close()
     except KeyboardInterrupt:
         complete = False
-        bar.close()
         where = (f"kept in {runs_csv}; run the same command with --resume to finish the grid" if runs_csv
                  else "not kept (no --out)")
-        print(f"\ninterrupted: {len(rows)} of {bar.total} runs done, {where}")
-    finally:
-        sink.close()
-        bar.close()
+        print(f"\ninterrupted: {len(rows)} of {total} runs done, {where}")
     return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] or 0) for k in (*AXES, "seed"))), complete
 
 

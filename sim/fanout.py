@@ -1,0 +1,152 @@
+"""Where grid points run: worker processes on this machine (the default), or Modal (`--modal`).
+
+A runner is a function `run(specs, slos)` that yields each spec's row (`run_point`: the axes'
+values, the seed, the metrics) as it finishes, in any order. `runner(jobs)` keeps `jobs` worker
+processes for its with-block; `runner(modal=True)` sends each point, as a plain dict, to
+`simulate_point` in modal_app.py through `.map`, which runs `point_row`, the same function on
+the same points. The sweep and the capacity search take either.
+
+Modal is imported only when asked for; a Modal container has the code but not this machine's
+files, so the trace travels with each point and the cost model must be a preset or a committed
+calibration (`calibrated:NAME`), which the image carries.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Callable, Iterable, Iterator
+
+from core.metrics import compute_metrics
+from sim.build import AXES, RunSpec, load_trace_file, simulate_spec
+from traces.trace import Trace
+
+Runner = Callable[[list[RunSpec], "dict[str, float] | None"], Iterator[dict]]
+
+
+def run_point(spec: RunSpec, slos: dict[str, float] | None = None, trace: Trace | None = None) -> dict:
+    """One run's row: the axes' values, the seed, the metrics (vLLM names) and the run's cost
+    (`trace` replaces the file spec.trace names, when given)."""
+    result = simulate_spec(spec, trace)
+    row = {name: getattr(spec, name) for name in AXES}
+    row["seed"] = spec.seed
+    row.update(compute_metrics(result.requests, slos).as_row())
+    row["passes"] = result.num_passes
+    row["wall_s"] = result.wall_s
+    return row
+
+
+def point_row(spec: dict, slos: dict[str, float] | None = None, trace: Trace | None = None) -> dict:
+    """`run_point` on a RunSpec given as a plain dict: the body of modal_app.simulate_point."""
+    return run_point(RunSpec(**spec), slos, trace)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers leave Ctrl-C to the main process
+
+
+@contextlib.contextmanager
+def local_runner(jobs: int | None = None) -> Iterator[Runner]:
+    """A runner over at most `jobs` worker processes (default one per CPU), started at its first
+    call, as many as that call has points, and kept for the with-block (one: in this process);
+    Ctrl-C or an error stops the workers at once."""
+    jobs = jobs or os.cpu_count() or 1
+    pool: ProcessPoolExecutor | None = None
+    inline = jobs == 1
+
+    def run(specs: list[RunSpec], slos: dict[str, float] | None = None) -> Iterator[dict]:
+        nonlocal pool, inline
+        if pool is None and not inline:
+            workers = min(jobs, len(specs))
+            inline = workers <= 1
+            if not inline:
+                pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+        if inline:
+            yield from (run_point(spec, slos) for spec in specs)
+            return
+        pending = {pool.submit(run_point, spec, slos) for spec in specs}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield future.result()
+
+    try:
+        yield run
+    except BaseException:
+        if pool is not None:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    if pool is not None:
+        pool.shutdown()
+
+
+def mapped_runner(mapper: Callable[..., Iterable[dict]]) -> Runner:
+    """A runner that hands the points to `mapper(spec_dicts, kwargs={"slos": ..., "trace": ...})`,
+    the signature of a Modal function's `.map`, one call per trace."""
+    def run(specs: list[RunSpec], slos: dict[str, float] | None = None) -> Iterator[dict]:
+        for spec in specs:
+            check_remote_cost(spec.cost)
+        by_trace: dict[tuple, list[RunSpec]] = {}
+        for spec in specs:
+            by_trace.setdefault((spec.trace, spec.trace_format), []).append(spec)
+        for (path, fmt), group in by_trace.items():
+            trace = load_trace_file(path, fmt)
+            yield from mapper([dataclasses.asdict(s) for s in group], kwargs={"slos": slos, "trace": trace})
+    return run
+
+
+def check_remote_cost(cost: str) -> None:
+    kind, sep, _ = cost.partition(":")
+    if not (sep and kind in ("roofline", "constant", "calibrated")):
+        raise ValueError(f"--modal: --cost {cost!r} is a file on this machine, which Modal's containers do not "
+                         f"have; commit it under results/calibration/ and name it calibrated:NAME")
+
+
+def import_modal_app():
+    """modal_app.py, imported only here (the simulator never imports modal at import time), or a
+    one-line error naming what is missing."""
+    try:
+        import modal  # noqa: F401
+    except ImportError:
+        raise ValueError("--modal needs the modal package (pip install -e '.[modal]') and a Modal account "
+                         "(modal setup)") from None
+    try:
+        import modal_app
+    except ImportError as e:
+        raise ValueError(f"--modal: cannot import modal_app.py ({e}); run python -m sim from the repository's "
+                         "root") from None
+    return modal_app
+
+
+def check_modal(spec: RunSpec) -> None:
+    """Before any work: can `spec`'s points run on Modal from here?"""
+    check_remote_cost(spec.cost)
+    import_modal_app()
+
+
+@contextlib.contextmanager
+def modal_map() -> Iterator[Callable[..., Iterable[dict]]]:
+    """modal_app.simulate_point's `.map`, inside an ephemeral run of the app."""
+    modal_app = import_modal_app()
+    import modal
+    try:
+        modal.Client.from_env()  # credentials and the connection, checked before any work
+    except modal.exception.Error as e:
+        raise ValueError(f"--modal: {e}") from None
+    with modal.enable_output(), modal_app.app.run():
+        yield modal_app.simulate_point.map
+
+
+@contextlib.contextmanager
+def runner(jobs: int | None = None, modal: bool = False) -> Iterator[Runner]:
+    """Local worker processes, or Modal when `modal`."""
+    if not modal:
+        with local_runner(jobs) as run:
+            yield run
+        return
+    with modal_map() as mapper:
+        yield mapped_runner(mapper)
