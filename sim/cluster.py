@@ -6,6 +6,8 @@ on prefill replicas, moves each prompt's KV cache over a link, and decodes on de
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import simpy
 
 from core.routers import RoundRobin
@@ -14,12 +16,13 @@ from sim.replica import Replica
 
 
 class Cluster:
-    """Replicas behind a router; keeps every request once it has left (finished or rejected)."""
+    """Replicas behind a router; hands every request to `sink` once it has left (finished or
+    rejected), and forgets it."""
 
-    def __init__(self, replicas: list[Replica], router):
+    def __init__(self, replicas: list[Replica], router, sink: Callable[[Sequence], None]):
         self.replicas = replicas
         self.router = router
-        self.done: list[Sequence] = []
+        self.done = sink
         for r in replicas:
             r.on_leave = self.leave
 
@@ -29,10 +32,10 @@ class Cluster:
         replica = self.router.pick(self.replicas, seq)
         seq.replica = replica.index
         if replica.add(seq) is not None:
-            self.done.append(seq)
+            self.done(seq)
 
     def leave(self, seq: Sequence, replica: Replica) -> None:
-        self.done.append(seq)
+        self.done(seq)
 
 
 class DisaggregatedCluster(Cluster):
@@ -42,13 +45,13 @@ class DisaggregatedCluster(Cluster):
     contend for the link), and the prefill replica frees it once sent."""
 
     def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],
-                 prefill_router, decode_router, kv_bytes_per_token: int, link_bytes_per_s: float = 50e9,
-                 link_latency_s: float = 0.0):
+                 prefill_router, decode_router, kv_bytes_per_token: int, sink: Callable[[Sequence], None],
+                 link_bytes_per_s: float = 50e9, link_latency_s: float = 0.0):
         if not prefill or not decode:
             raise ValueError("disaggregation needs at least one prefill and one decode replica")
         if link_bytes_per_s <= 0:
             raise ValueError(f"link bandwidth must be positive, got {link_bytes_per_s}")
-        super().__init__(prefill, prefill_router)
+        super().__init__(prefill, prefill_router, sink)
         self.env = env
         self.decode = decode
         self.decode_router = decode_router
@@ -64,13 +67,13 @@ class DisaggregatedCluster(Cluster):
         reason = self.decode[0].scheduler.check(seq)
         if reason is not None:
             seq.rejected = reason
-            self.done.append(seq)
+            self.done(seq)
             return
         super().submit(seq)
 
     def leave(self, seq: Sequence, replica: Replica) -> None:
         if seq.finish_s is not None:
-            self.done.append(seq)
+            self.done(seq)
         else:
             self.env.process(self.transfer(seq, replica))
 

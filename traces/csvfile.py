@@ -63,33 +63,51 @@ def read_columns(path: Path, header: list[str], parsers: dict[str, Parser],
                  text_columns: tuple[str, ...] = ()) -> dict[str, np.ndarray | list]:
     """Each column named in `parsers`, parsed and checked over the whole file; `text_columns`
     are never parsed as numbers by pandas (times, ids, hash lists)."""
-    try:
-        return _read_columns(path, header, parsers, text_columns, as_text=False)
-    except _NeedsText:
-        return _read_columns(path, header, parsers, text_columns, as_text=True)
-
-
-def _read_columns(path: Path, header: list[str], parsers: dict[str, Parser],
-                  text_columns: tuple[str, ...], as_text: bool) -> dict[str, np.ndarray | list]:
     parts: dict[str, list] = {name: [] for name in parsers}
-    for chunk in data_chunks(path, header, text_columns, as_text):
-        for name, parse in parsers.items():
-            parts[name].append(parse(chunk[name], path, name))
+    for columns in iter_columns(path, header, parsers, text_columns):
+        for name in parts:
+            parts[name].append(columns[name])
     return {name: np.concatenate(p) if isinstance(p[0], np.ndarray) else [x for part in p for x in part]
             for name, p in parts.items()}
 
 
+def iter_columns(path: Path, header: list[str], parsers: dict[str, Parser], text_columns: tuple[str, ...] = (),
+                 chunk_rows: int | None = None) -> Iterator[dict[str, np.ndarray | list]]:
+    """`read_columns` a chunk of rows at a time (`chunk_rows`, default CHUNK_ROWS): each chunk's
+    columns parsed and checked, with its first line number under the key "line". A number column
+    of the wrong type makes the reading start over with every cell as text (the chunks already
+    given are not given again), so errors come out as `read_columns` names them."""
+    given = 0
+    try:
+        for columns in _parsed_chunks(path, header, parsers, text_columns, False, chunk_rows):
+            yield columns
+            given += 1
+    except _NeedsText:
+        for i, columns in enumerate(_parsed_chunks(path, header, parsers, text_columns, True, chunk_rows)):
+            if i >= given:
+                yield columns
+
+
+def _parsed_chunks(path: Path, header: list[str], parsers: dict[str, Parser], text_columns: tuple[str, ...],
+                   as_text: bool, chunk_rows: int | None) -> Iterator[dict]:
+    for chunk in data_chunks(path, header, text_columns, as_text, chunk_rows):
+        columns = {name: parse(chunk[name], path, name) for name, parse in parsers.items()}
+        columns["line"] = int(chunk.index[0])
+        yield columns
+
+
 def data_chunks(path: Path, header: list[str], text_columns: tuple[str, ...] = (),
-                as_text: bool = True) -> Iterator[pd.DataFrame]:
-    """The data rows a chunk at a time, indexed by line number; at least one row. With
-    `as_text` every cell is a string, else pandas infers number columns.
+                as_text: bool = True, chunk_rows: int | None = None) -> Iterator[pd.DataFrame]:
+    """The data rows a chunk at a time (`chunk_rows`, default CHUNK_ROWS), indexed by line
+    number; at least one row. With `as_text` every cell is a string, else pandas infers number
+    columns.
 
     Blank lines are errors, except at the very end of the file (editors leave them there).
     """
     text = str if as_text else {c: str for c in text_columns if c in header}
     reader = pd.read_csv(path, dtype=text,
                          keep_default_na=False, na_filter=False, skip_blank_lines=False,
-                         index_col=False, chunksize=CHUNK_ROWS, encoding=ENCODING,
+                         index_col=False, chunksize=chunk_rows or CHUNK_ROWS, encoding=ENCODING,
                          encoding_errors="replace")  # bytes that are not UTF-8 fail as bad cells
     first_blank = None  # line of a blank row that only more blank rows may follow
     rows = 0

@@ -13,3 +13,9 @@ class TraceError(ValueError):
         self.line = int(line)
         self.problem = problem
         super().__init__(f"{self.path}, line {self.line}: {problem}")
+
+
+class NeedsSorting(TraceError):
+    """A public-format file with a row earlier than the row before it, read a chunk at a time:
+    its converter sorts a whole file, so it cannot stream (load it whole, or convert it once to
+    the project format with `python -m traces convert`)."""

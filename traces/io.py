@@ -7,21 +7,28 @@ The project format is a CSV with header `arrival_s,prompt_tokens,output_tokens` 
 one cell. The loader is strict: the first bad cell raises `TraceError` naming file and line, and
 no `Trace` is built until every row has passed. Public formats (Azure, BurstGPT, Mooncake) are
 converted by `traces.public`; `load_trace` picks the right reader from the header.
+
+`iter_trace` reads a file a chunk of rows at a time, each chunk a checked `Trace`, so a trace
+larger than memory can stream through a replay; `load_trace` is the same chunks joined (the same
+checks, the same error lines). A public file streams only if it is in time order (its converter
+sorts a whole file): a row out of order raises `NeedsSorting` with its line.
 """
 from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
-from traces.csvfile import ENCODING, integers, read_columns, read_header, require_columns, seconds
-from traces.errors import TraceError
-from traces.public import load_azure, load_burstgpt, load_mooncake
-from traces.trace import Trace, first_out_of_order
+from traces.csvfile import ENCODING, integers, iter_columns, read_header, require_columns, seconds
+from traces.errors import NeedsSorting, TraceError
+from traces.public import iter_public, load_azure, load_burstgpt, load_mooncake
+from traces.trace import Trace, concat, first_out_of_order
 
-__all__ = ["FORMATS", "TraceError", "detect_format", "load_trace", "save_trace"]
+__all__ = ["FORMATS", "NeedsSorting", "TraceError", "count_trace", "detect_format", "iter_trace", "load_trace",
+           "save_trace"]
 
 FORMATS = ("project", "azure", "burstgpt", "mooncake")
 REQUIRED = ["arrival_s", "prompt_tokens", "output_tokens"]
@@ -36,7 +43,7 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
         raise FileNotFoundError(f"{path}: no such trace file")
     fmt = fmt or detect_format(path)
     if fmt == "project":
-        return _load_project(path)
+        return concat(list(_project_chunks(path, None)), path.stem)
     if fmt == "azure":
         return load_azure(path)
     if fmt == "burstgpt":
@@ -44,6 +51,26 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     if fmt == "mooncake":
         return load_mooncake(path)
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def iter_trace(path: str | Path, fmt: str | None = None, chunk_rows: int | None = None) -> Iterator[Trace]:
+    """The trace in `path` as checked chunks of at most `chunk_rows` requests (default
+    `traces.csvfile.CHUNK_ROWS`), read as they are asked for: `load_trace`'s checks and error
+    lines, a chunk at a time. A public-format file must be in time order (else `NeedsSorting`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such trace file")
+    fmt = fmt or detect_format(path)
+    if fmt == "project":
+        return _project_chunks(path, chunk_rows)
+    if fmt in FORMATS:
+        return iter_public(path, fmt, chunk_rows)
+    raise ValueError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def count_trace(path: str | Path, fmt: str | None = None) -> int:
+    """Requests in a trace file, every row checked on the way, in memory for one chunk at a time."""
+    return sum(len(chunk) for chunk in iter_trace(path, fmt))
 
 
 def detect_format(path: str | Path) -> str:
@@ -86,21 +113,26 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
     return path
 
 
-def _load_project(path: Path) -> Trace:
+def _project_chunks(path: Path, chunk_rows: int | None) -> Iterator[Trace]:
     header = read_header(path)
     require_columns(path, header, REQUIRED, OPTIONAL)
     at_least_one = partial(integers, minimum=1)
     parsers = {"arrival_s": seconds, "prompt_tokens": at_least_one, "output_tokens": at_least_one,
                "request_id": _request_ids, "priority": integers, "block_hashes": _block_hashes}
-    columns = read_columns(path, header, {c: parsers[c] for c in header},
-                           text_columns=("request_id", "block_hashes"))
-    _check_time_order(path, columns["arrival_s"])
-    if "request_id" in columns:
-        _check_unique(path, columns["request_id"])
-    return Trace(arrival_s=columns["arrival_s"], prompt_tokens=columns["prompt_tokens"],
-                 output_tokens=columns["output_tokens"], request_id=columns.get("request_id"),
-                 priority=columns.get("priority"), block_hashes=columns.get("block_hashes"),
-                 name=path.stem)
+    before: tuple[float, int] | None = None  # the previous chunk's last arrival and its line
+    seen: dict[str, int] = {}  # request id -> row, across chunks
+    for columns in iter_columns(path, header, {c: parsers[c] for c in header},
+                                text_columns=("request_id", "block_hashes"), chunk_rows=chunk_rows):
+        first_row = columns["line"] - 2
+        arrival_s = columns["arrival_s"]
+        _check_time_order(path, arrival_s, first_row, before)
+        if "request_id" in columns:
+            _check_unique(path, columns["request_id"], first_row, seen)
+        before = (float(arrival_s[-1]), first_row + len(arrival_s) - 1)
+        yield Trace(arrival_s=arrival_s, prompt_tokens=columns["prompt_tokens"],
+                    output_tokens=columns["output_tokens"], request_id=columns.get("request_id"),
+                    priority=columns.get("priority"), block_hashes=columns.get("block_hashes"),
+                    name=path.stem)
 
 
 def _line(row: int) -> int:
@@ -126,18 +158,26 @@ def _block_hashes(col: pd.Series, path: Path, what: str) -> list[list[int]]:
     return hashes
 
 
-def _check_time_order(path: Path, arrival_s: np.ndarray) -> None:
-    i = first_out_of_order(arrival_s)
-    if i is not None:
-        raise TraceError(path, _line(i), f"arrival_s {float(arrival_s[i])!r} is earlier than "
-                                         f"{float(arrival_s[i - 1])!r} on line {_line(i - 1)}: the project "
-                                         "format must be in time order (the public-format "
-                                         "converters sort; this one does not guess)")
+def _check_time_order(path: Path, arrival_s: np.ndarray, first_row: int = 0,
+                      before: tuple[float, int] | None = None) -> None:
+    """Rows first_row.. (`arrival_s`) in time order, also after `before` (the previous row's
+    arrival and row)."""
+    if before is not None and arrival_s[0] < before[0]:
+        i, earlier, earlier_row = 0, before[0], before[1]
+    else:
+        i = first_out_of_order(arrival_s)
+        if i is None:
+            return
+        earlier, earlier_row = float(arrival_s[i - 1]), first_row + i - 1
+    raise TraceError(path, _line(first_row + i), f"arrival_s {float(arrival_s[i])!r} is earlier than "
+                                                 f"{earlier!r} on line {_line(earlier_row)}: the project "
+                                                 "format must be in time order (the public-format "
+                                                 "converters sort; this one does not guess)")
 
 
-def _check_unique(path: Path, request_id: list[str]) -> None:
-    seen: dict[str, int] = {}
-    for row, rid in enumerate(request_id):
+def _check_unique(path: Path, request_id: list[str], first_row: int = 0, seen: dict[str, int] | None = None) -> None:
+    seen = {} if seen is None else seen
+    for row, rid in enumerate(request_id, first_row):
         if rid in seen:
             raise TraceError(path, _line(row), f"request_id {rid!r} already used on line "
                                                f"{_line(seen[rid])}")

@@ -7,6 +7,9 @@ Every converter checks every row (bad cells raise `TraceError` with the file and
   `notes["out_of_order"]` the rows that came earlier than the row before them;
 - sets `arrival_s` to seconds since the first kept request.
 Negative, fractional or unparsable values are errors, not drops: they mean the file is broken.
+
+`iter_public` reads a file in time order a chunk at a time, with the same checks and drops and
+the same times (rebased to the first kept request), for replays that stream.
 """
 from __future__ import annotations
 
@@ -14,11 +17,13 @@ import json
 import math
 from functools import partial
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
-from traces.csvfile import integers, read_columns, read_header, require_columns, seconds, timestamps_ns
-from traces.errors import TraceError
+from traces.csvfile import CHUNK_ROWS, integers, iter_columns, read_columns, read_header, require_columns, seconds, \
+    timestamps_ns
+from traces.errors import NeedsSorting, TraceError
 from traces.trace import Trace
 
 MOONCAKE_BLOCK_TOKENS = 512  # each Mooncake hash id stands for one block of this many prompt tokens
@@ -61,6 +66,28 @@ def load_mooncake(path: str | Path) -> Trace:
     path = Path(path)
     times, prompts, outputs, hashes = [], [], [], []
     any_hashes = False
+    for chunk in _mooncake_chunks(path, None):
+        times.append(chunk["times"])
+        prompts.append(chunk["prompts"])
+        outputs.append(chunk["outputs"])
+        hashes.extend(chunk["hashes"])
+        any_hashes = any_hashes or chunk["any_hashes"]
+    return _finish(path, np.concatenate(times), 1e3, np.concatenate(prompts), np.concatenate(outputs),
+                   zero_output="dropped_zero_output", block_hashes=hashes if any_hashes else None)
+
+
+def _mooncake_chunks(path: Path, chunk_rows: int | None) -> Iterator[dict]:
+    """Mooncake rows, checked, `chunk_rows` at a time: times, prompts, outputs, hashes, lines."""
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    rows = 0
+
+    def chunk(times, prompts, outputs, hashes, lines, any_hashes) -> dict:
+        return {"times": np.array(times, dtype=np.float64), "prompts": np.array(prompts, dtype=np.int64),
+                "outputs": np.array(outputs, dtype=np.int64), "hashes": hashes,
+                "lines": np.array(lines, dtype=np.int64), "any_hashes": any_hashes}
+
+    times, prompts, outputs, hashes, lines = [], [], [], [], []
+    any_hashes = False
     with open(path, encoding="utf-8", errors="replace") as f:
         for line, text in enumerate(f, start=1):
             if not text.strip():
@@ -82,10 +109,66 @@ def load_mooncake(path: str | Path) -> Trace:
                 raise TraceError(path, line, f"hash_ids must be a list of whole numbers, got {ids!r}")
             any_hashes = any_hashes or "hash_ids" in record
             hashes.append(ids)
-    if not times:
+            lines.append(line)
+            if len(times) == chunk_rows:
+                rows += len(times)
+                yield chunk(times, prompts, outputs, hashes, lines, any_hashes)
+                times, prompts, outputs, hashes, lines = [], [], [], [], []
+    if not rows and not times:
         raise TraceError(path, 1, "the file is empty (expected one JSON request per line)")
-    return _finish(path, np.array(times, dtype=np.float64), 1e3, np.array(prompts), np.array(outputs),
-                   zero_output="dropped_zero_output", block_hashes=hashes if any_hashes else None)
+    if times:
+        yield chunk(times, prompts, outputs, hashes, lines, any_hashes)
+
+
+def iter_public(path: Path, fmt: str, chunk_rows: int | None = None) -> Iterator[Trace]:
+    """A public-format file in time order as Traces of at most `chunk_rows` requests: the
+    converter's checks and drops, times rebased to the first kept request. A row earlier than
+    the one before it raises NeedsSorting (a whole load sorts it)."""
+    if fmt == "mooncake":
+        raw, per_second = _mooncake_chunks(path, chunk_rows), 1e3
+    else:
+        names = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+                 "burstgpt": ("Timestamp", "Request tokens", "Response tokens")}[fmt]
+        header = read_header(path)
+        require_columns(path, header, list(names))
+        parse_time = timestamps_ns if fmt == "azure" else seconds
+        per_second = 1e9 if fmt == "azure" else 1.0
+        raw = ({"times": c[names[0]], "prompts": c[names[1]], "outputs": c[names[2]], "hashes": None,
+                "lines": np.arange(c["line"], c["line"] + len(c[names[0]])), "any_hashes": False}
+               for c in iter_columns(path, header, {names[0]: parse_time, names[1]: _count, names[2]: _count},
+                                     text_columns=(names[0],) if fmt == "azure" else (), chunk_rows=chunk_rows))
+    return _rebased_chunks(path, raw, per_second)
+
+
+def _rebased_chunks(path: Path, raw: Iterator[dict], per_second: float) -> Iterator[Trace]:
+    first = None  # the first kept request's time
+    last = None  # the previous row's time and line
+    for c in raw:
+        times = c["times"]
+        if last is not None and times[0] < last[0]:
+            _out_of_order(path, int(c["lines"][0]), last[1])
+        back = np.flatnonzero(np.diff(times) < 0)
+        if back.size:
+            i = int(back[0]) + 1
+            _out_of_order(path, int(c["lines"][i]), int(c["lines"][i - 1]))
+        last = (times[-1], int(c["lines"][-1]))
+        keep = np.flatnonzero((c["outputs"] != 0) & (c["prompts"] != 0))
+        if not keep.size:
+            continue
+        if first is None:
+            first = times[keep[0]]
+        hashes = c["hashes"] if c["any_hashes"] else None
+        yield Trace(arrival_s=(times[keep] - first).astype(np.float64) / per_second,
+                    prompt_tokens=c["prompts"][keep], output_tokens=c["outputs"][keep],
+                    block_hashes=None if hashes is None else [hashes[i] for i in keep], name=path.stem)
+    if first is None:
+        raise TraceError(path, 2, "no requests left after dropping those with zero tokens")
+
+
+def _out_of_order(path: Path, line: int, before: int) -> None:
+    raise NeedsSorting(path, line, f"earlier than the request on line {before}: this file is not in time order, "
+                                   "so it cannot be read a chunk at a time (load it whole, which sorts it, or "
+                                   "convert it once with `python -m traces convert`)")
 
 
 def _is_int(x: object) -> bool:

@@ -3,6 +3,7 @@ the summary numbers a report quotes (rate, busiest minute, token percentiles).""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -101,3 +102,31 @@ def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: i
         return trace
     return Trace(arrival, trace.prompt_tokens, trace.output_tokens, trace.request_id, trace.priority,
                  trace.block_hashes, trace.name)
+
+
+def shape_chunks(chunks: Iterable[Trace], rate: float | None, rate_scale: float, limit: int | None, seed: int,
+                 count: int | None = None) -> Iterator[Trace]:
+    """`shape_arrivals` for a trace read a chunk at a time (`traces.io.iter_trace`): the same
+    arrival times, chunk by chunk. Poisson arrivals at `rate` need the trace's length, `count`."""
+    arrival = None
+    if rate is not None:
+        if count is None:
+            raise ValueError("Poisson arrivals over a streamed trace need its length")
+        arrival = poisson(rate, n=min(count, limit or count), seed=seed).arrival_s  # 8 bytes a request
+    left = limit
+    first = None
+    done = 0
+    for chunk in chunks:
+        if left is not None:
+            if left <= 0:
+                return
+            if len(chunk) > left:
+                chunk = chunk.take(np.arange(left))
+            left -= len(chunk)
+        if arrival is not None:
+            chunk = replace(chunk, arrival_s=arrival[done:done + len(chunk)], notes={})
+        elif rate_scale != 1.0:
+            first = chunk.arrival_s[0] if first is None else first
+            chunk = replace(chunk, arrival_s=(chunk.arrival_s - first) / rate_scale, notes={})
+        done += len(chunk)
+        yield chunk

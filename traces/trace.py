@@ -15,6 +15,23 @@ import numpy as np
 MAX_ARRIVAL_S = 1e8
 
 
+def concat(chunks: list["Trace"], name: str) -> "Trace":
+    """Consecutive chunks of one trace (as `traces.io.iter_trace` reads them) as one Trace."""
+    if len(chunks) == 1:
+        return chunks[0]
+
+    def joined(column: str) -> list | None:
+        parts = [getattr(c, column) for c in chunks]
+        return None if parts[0] is None else [x for part in parts for x in part]
+
+    priority = [c.priority for c in chunks]
+    return Trace(arrival_s=np.concatenate([c.arrival_s for c in chunks]),
+                 prompt_tokens=np.concatenate([c.prompt_tokens for c in chunks]),
+                 output_tokens=np.concatenate([c.output_tokens for c in chunks]),
+                 request_id=joined("request_id"), block_hashes=joined("block_hashes"),
+                 priority=None if priority[0] is None else np.concatenate(priority), name=name)
+
+
 def first_out_of_order(arrival_s: np.ndarray) -> int | None:
     """Index of the first arrival earlier than the one before it, or None when in time order."""
     back = np.flatnonzero(np.diff(arrival_s) < 0)
