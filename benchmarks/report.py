@@ -6,7 +6,11 @@ tok/s, GB/s or TFLOP/s, % of the floor, and the Hugging Face figure beside it wh
 Rows from different devices are never mixed in one table; rows measured on a CPU are left out
 (they are smoke runs) unless --device names the CPU.
 
-    python benchmarks/report.py [--results results] [--gpu-spec h200] [--device "NVIDIA H200"]
+    python benchmarks/report.py [--results results] [--gpu-spec h200] [--device "NVIDIA H200"] [--charts DIR]
+
+With --charts DIR it also draws the seed's figures into DIR (`benchmarks/figures.py`): the
+roofline with the measured points, the batch curve and the open-run latency curves;
+`python benchmarks/report.py --charts docs/figures` regenerates the committed ones.
 """
 from __future__ import annotations
 
@@ -38,6 +42,24 @@ def med(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+def decode_work(model, engine: str, row: dict) -> tuple[float, float]:
+    """FLOPs and bytes of one decode step of a closed run, at the run's mid-point context: a step
+    reads the weights and the live KV cache and does the matmuls; a naive step recomputes the
+    whole sequence (a prefill's work, the weights read once)."""
+    batch = row["batch_size"]
+    context = row["prompt_tokens"] + row["new_tokens"] / 2
+    if engine == "naive":
+        return batch * model.prefill_flops(int(context)), model.weight_bytes_read_per_pass()
+    return (batch * model.flops_per_token(int(context)),
+            model.weight_bytes_read_per_pass() + batch * context * model.kv_bytes_per_token())
+
+
+def prefill_work(model, row: dict) -> tuple[float, float]:
+    """FLOPs and bytes of a run's prefill (batch 1): the prompt's matmuls and attention, the
+    weights read once."""
+    return model.prefill_flops(row["prompt_tokens"]), model.weight_bytes_read_per_pass()
+
+
 def table(groups: dict, gpu_name: str) -> str:
     model, gpu = get_preset("qwen2.5-1.5b"), get_gpu(gpu_name)
     bw, peak = gpu.bandwidth_gbs * 1e9, gpu.fp16_tflops * 1e12
@@ -60,21 +82,15 @@ def table(groups: dict, gpu_name: str) -> str:
         if engine == "hf":
             continue
         itl = med(rows, "mean_itl_ms") / 1e3
-        context = rows[0]["prompt_tokens"] + rows[0]["new_tokens"] / 2  # the run's mid-point
-        if engine == "naive":  # every step recomputes the whole sequence: a prefill's work
-            flops = batch * model.prefill_flops(int(context))
-            floor = max(weights / bw, flops / peak)
-            achieved = f"{flops / itl / 1e12:,.0f} TFLOP/s"
-        else:  # a decode step reads the weights and the live KV cache, and does the matmuls
-            step_bytes = weights + batch * context * kv
-            floor = max(step_bytes / bw, batch * model.flops_per_token(int(context)) / peak)
-            achieved = f"{step_bytes / itl / 1e9:,.0f} GB/s"
+        flops, step_bytes = decode_work(model, engine, rows[0])
+        floor = max(step_bytes / bw, flops / peak)
+        achieved = f"{flops / itl / 1e12:,.0f} TFLOP/s" if engine == "naive" else f"{step_bytes / itl / 1e9:,.0f} GB/s"
         out.append(f"| {engine} | {mode} | decode {prompt} x{batch} | {itl * 1e3:.3f} | {batch / itl:,.0f} | "
                    f"{achieved} | {100 * floor / itl:.0f}% | "
                    + hf_cell(prompt, batch, "mean_itl_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s") + " |")
         if batch == 1:
             ttft = med(rows, "mean_ttft_ms") / 1e3
-            flops = model.prefill_flops(rows[0]["prompt_tokens"])
+            flops, _ = prefill_work(model, rows[0])
             out.append(f"| {engine} | {mode} | prefill {prompt} (TTFT) | {ttft * 1e3:.2f} | "
                        f"{rows[0]['prompt_tokens'] / ttft:,.0f} | {flops / ttft / 1e12:,.0f} TFLOP/s | "
                        f"{100 * max(flops / peak, weights / bw) / ttft:.0f}% | "
@@ -92,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
     ap.add_argument("--gpu-spec", default="h200", help="GPU preset for the floors (default h200)")
     ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
+    ap.add_argument("--charts", default=None, metavar="DIR",
+                    help="also draw the seed's figures into DIR (HTML and PNG; see benchmarks/figures.py)")
     args = ap.parse_args(argv)
+    if args.charts and Path(args.charts).exists() and not Path(args.charts).is_dir():
+        print(f"error: --charts {args.charts}: exists and is not a directory", file=sys.stderr)
+        return 2
     groups = load(Path(args.results))
     devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
     if not devices:
@@ -103,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(devices) > 1:
             print(f"\n### {device}\n")
         print(table(groups[device], args.gpu_spec))
+    if args.charts:
+        from benchmarks.figures import write_figures
+        written = write_figures(Path(args.results), Path(args.charts), {d: groups[d] for d in devices})
+        print("\nwritten " + ", ".join(str(p) for p in written) + " (and .html beside each)")
     return 0
 
 
