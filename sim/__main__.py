@@ -4,8 +4,9 @@
     python -m sim sweep --trace FILE --policy continuous,chunked --rate-scale 1,2 --rate 5,10 --replications 3
 
 `run` prints a vLLM-style metrics table and, with --out, writes the request records
-(requests.jsonl, requests.csv), the pass records (passes.jsonl, passes.csv) when kept, and
-metrics.json. `sweep` prints one summary line per grid point and writes runs.csv (a row per run,
+(requests.jsonl, requests.csv; or requests.parquet with --format parquet), the pass records
+(passes.jsonl, passes.csv) when kept, and metrics.json; `metrics DIR` prints the table again from
+them. `sweep` prints one summary line per grid point and writes runs.csv (a row per run,
 as it finishes) and summary.csv (means with confidence intervals over replications) under --out.
 Every option of a run is a field of `sim.build.RunSpec`, declared there once.
 """
@@ -19,8 +20,9 @@ from pathlib import Path
 from core.cli import ArgumentParser
 from core.metrics import compute_metrics, format_metrics, format_replications, parse_goodput, summarize_replications
 from core.records import records_to_csv, write_jsonl
-from sim.build import AXES, RunSpec, cli_fields, load_trace_file, simulate_spec
-from sim.output import atomic_dir, check_out_dir
+from sim.build import AXES, RunSpec, check_trace, cli_fields, load_trace_file, simulate_spec
+from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
+    write_requests
 from sim.plot import add_plot_args, cmd_plot
 from traces.download import DownloadError
 
@@ -87,10 +89,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     slos = parse_goodput(args.goodput)
     spec = spec_from_args(args)
     check_replications(spec, args.replications)
+    formats = parse_formats(args.format)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
-    n = len(load_trace_file(spec.trace, spec.trace_format))  # a bad trace fails here, before any work
-    n = min(n, spec.limit or n)
+    spec, n = check_trace(spec)  # every row checked here, before any work; then the run streams it
     keep_times = {"auto": n <= SMALL_TRACE, "on": True, "off": False}[args.token_times]
     log_passes = {"auto": n <= 2000, "on": True, "off": False}[args.pass_log]
     p, d = spec.split_disaggregation()
@@ -100,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = spec.with_(seed=spec.seed + i, keep_token_times=keep_times, log_passes=log_passes,
                          run_id=f"sim-{spec.policy}-s{spec.seed + i}")
         result = simulate_spec(run)
-        metrics = compute_metrics(result.requests, slos)
+        metrics = compute_metrics(result.table, slos)
         rows.append(metrics.as_row())
         results.append((run, result))
         if i == 0:
@@ -116,18 +118,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         with atomic_dir(args.out) as tmp:
             for i, ((run, result), row) in enumerate(zip(results, rows)):
                 out = tmp if args.replications == 1 else tmp / f"rep{i}"
-                write_run(out, run, result, row)
+                write_run(out, run, result, row, formats)
         print(f"records written under {args.out}")
     return 0
 
 
-def write_run(out: Path, run: RunSpec, result, row: dict) -> None:
-    """A run's files: request records (JSONL and CSV), pass records when kept, metrics.json."""
-    write_jsonl(result.requests, out / "requests.jsonl")
-    records_to_csv(result.requests, out / "requests.csv")
+def cmd_metrics(args: argparse.Namespace) -> int:
+    """The metrics table of records a run wrote, in any of the formats `--format` writes."""
+    slos = parse_goodput(args.goodput)
+    print(format_metrics(compute_metrics(read_requests(args.run), slos), f" {args.run} "))
+    return 0
+
+
+def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str]) -> None:
+    """A run's files: request records (requests.<format> for each of `formats`), pass records
+    when kept (passes.jsonl, and passes.csv with the csv format), metrics.json."""
+    write_requests(out, result.table, formats)
     if run.log_passes:
         write_jsonl(result.passes, out / "passes.jsonl")
-        records_to_csv(result.passes, out / "passes.csv")
+        if "csv" in formats:
+            records_to_csv(result.passes, out / "passes.csv")
     (out / "metrics.json").write_text(json.dumps(
         {"spec": run.__dict__, "metrics": row, "passes": result.num_passes, "wall_s": result.wall_s},
         indent=1, default=str))
@@ -227,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"keep every token's time (auto: for traces up to {SMALL_TRACE:,} requests)")
     run.add_argument("--pass-log", choices=["auto", "on", "off"], default="auto",
                      help="keep a PassRecord per pass (auto: for traces up to 2,000 requests)")
+    run.add_argument("--format", default=DEFAULT_FORMATS, metavar="FMT[,FMT]",
+                     help=f"files for the request records under --out: {', '.join(FORMATS)} (default "
+                          f"{DEFAULT_FORMATS}; parquet needs pyarrow: pip install 'llm-serving-sim[parquet]')")
     sw = sub.add_parser("sweep", help="simulate a grid of configurations in parallel")
     add_run_args(sw, sweep=True)
     sw.add_argument("--resume", action="store_true",
@@ -255,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--out", type=Path, default=None, help="report directory (default RESULTS/validation)")
     cmp.add_argument("--no-charts", action="store_true")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
+    met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")
+    met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
+    met.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs for goodput, as vLLM")
     try:
         args = parser.parse_args(argv)
         if args.command == "compare":
@@ -263,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_capacity(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command == "metrics":
+            return cmd_metrics(args)
         return cmd_run(args) if args.command == "run" else cmd_sweep(args)
     except (ValueError, FileNotFoundError, KeyError, DownloadError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)

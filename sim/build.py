@@ -21,8 +21,8 @@ from sim.cost import CalibratedCost, parse_cost
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
 from traces.download import resolve_trace
-from traces.io import FORMATS, load_trace
-from traces.tools import shape_arrivals
+from traces.io import FORMATS, NeedsSorting, count_trace, iter_trace, load_trace
+from traces.tools import shape_arrivals, shape_chunks
 from traces.trace import Trace
 
 def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None):
@@ -84,6 +84,7 @@ class RunSpec:
     log_passes: bool = False
     fast_forward: bool = True
     run_id: str = "sim"
+    stream: bool = False  # read the trace file a chunk at a time as the run reaches it (see check_trace)
 
     def __post_init__(self) -> None:
         if self.trace is None:
@@ -137,6 +138,24 @@ AXES = tuple(f.name for f in cli_fields() if f.metadata["axis"])
 
 
 @lru_cache(maxsize=4)
+def count_trace_file(path: str, fmt: str | None = None) -> int:
+    """Requests in a trace file (or a public trace by name), every row checked, one chunk in
+    memory at a time; cached."""
+    return count_trace(resolve_trace(path), fmt=fmt)
+
+
+def check_trace(spec: RunSpec) -> tuple[RunSpec, int]:
+    """Check every row of the spec's trace before any work, and say how many requests the run
+    replays: (the spec set to stream its trace, the count). A public file out of time order must
+    be sorted, so it is loaded whole instead (the spec returned as it was)."""
+    try:
+        n, spec = count_trace_file(spec.trace, spec.trace_format), spec.with_(stream=True)
+    except NeedsSorting:
+        n = len(load_trace_file(spec.trace, spec.trace_format))
+    return spec, min(n, spec.limit or n)
+
+
+@lru_cache(maxsize=4)
 def load_trace_file(path: str, fmt: str | None = None) -> Trace:
     """A trace file in any format `traces.io` reads (detected, or named by `fmt`), or a public
     trace by name; cached, as a sweep's worker replays the same file many times."""
@@ -144,7 +163,8 @@ def load_trace_file(path: str, fmt: str | None = None) -> Trace:
 
 
 def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
-    """Build everything `spec` describes and run it (`trace` replaces spec.trace when given)."""
+    """Build everything `spec` describes and run it (`trace` replaces spec.trace when given;
+    `spec.stream` reads spec.trace a chunk at a time as the run goes, else it is loaded whole)."""
     model = get_preset(spec.model)
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
     if spec.gpu is not None and gpu_preset is not None and get_gpu(spec.gpu).name != gpu_preset.name:
@@ -178,9 +198,14 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
                               max(2048, spec.max_num_seqs), max_model_len, ORDERS[spec.order],
                               preemption=spec.preemption)
 
-    if trace is None:
-        trace = load_trace_file(spec.trace, spec.trace_format)
-    trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed)
+    if trace is None and spec.stream:
+        count = count_trace_file(spec.trace, spec.trace_format) if spec.rate is not None else None
+        trace = shape_chunks(iter_trace(resolve_trace(spec.trace), spec.trace_format), spec.rate, spec.rate_scale,
+                             spec.limit, spec.seed, count)
+    else:
+        if trace is None:
+            trace = load_trace_file(spec.trace, spec.trace_format)
+        trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed)
     prefill_replicas, decode_replicas = spec.split_disaggregation()
     disaggregate = None
     if prefill_replicas:

@@ -4,6 +4,10 @@ A run writes into a hidden temporary directory beside its `--out` directory and 
 place only when every file is complete; an interrupted or failed run leaves the old directory
 as it was (and removes its temporary one). The destination is checked before any simulating:
 a non-empty directory is refused unless `overwrite`, an unwritable place fails at once.
+
+The request records go to `requests.jsonl` and `requests.csv` (the default), or
+`requests.parquet` (`--format parquet`, for runs of millions of requests); `read_requests` reads
+a run directory's records back from whichever is there, for the metrics and the charts.
 """
 from __future__ import annotations
 
@@ -13,6 +17,12 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from core.request_table import RequestTable
+from core.table_io import WRITERS, pyarrow_or_error, read_table
+
+FORMATS = tuple(WRITERS)  # jsonl, csv, parquet
+DEFAULT_FORMATS = "jsonl,csv"
 
 
 def check_out_dir(out: Path, overwrite: bool = False, resume: bool = False) -> None:
@@ -47,3 +57,39 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     tmp.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def parse_formats(text: str) -> list[str]:
+    """`--format jsonl,csv` -> ["jsonl", "csv"]; an unknown name, or parquet without pyarrow, is
+    an error before any work."""
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"--format {text!r}: choose one or more of {', '.join(FORMATS)}, comma-separated")
+    if "parquet" in formats:
+        try:
+            pyarrow_or_error()
+        except ValueError as e:
+            raise ValueError(f"--format parquet: {e}") from None
+    return list(dict.fromkeys(formats))
+
+
+def write_requests(out: Path, table: RequestTable, formats: list[str]) -> None:
+    """A run's request records as out/requests.<format> for each format."""
+    for fmt in formats:
+        WRITERS[fmt](table, out / f"requests.{fmt}")
+
+
+def read_requests(path: str | Path) -> RequestTable:
+    """A run's request records: `path` is a run directory (`--out` of `python -m sim run`: its
+    requests.parquet, requests.jsonl or requests.csv, the first there in that order) or one such
+    file. `table.records()` gives RequestRecords; `core.metrics.compute_metrics` takes the table."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("requests.parquet", "requests.jsonl", "requests.csv"):
+            if (path / name).exists():
+                return read_table(path / name)
+        raise ValueError(f"{path}: no requests.parquet, requests.jsonl or requests.csv (not a run's --out directory)")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return read_table(path)

@@ -1,0 +1,212 @@
+"""A `RequestTable` to and from files: JSONL and CSV exactly as `core.records` writes request
+records (byte for byte), and Parquet (columnar, about a tenth of the JSONL) when pyarrow is
+installed (`pip install 'llm-serving-sim[parquet]'`).
+
+Writers go a block of rows at a time, so a run of millions of requests never holds its whole
+text in memory; each file is written beside its name and renamed into place when complete.
+`read_table` reads any of the three back into a table (`.jsonl`, `.jsonl.gz`, `.csv`, `.parquet`).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import json
+from json.encoder import encode_basestring_ascii as json_string
+from pathlib import Path
+from typing import Callable, TextIO
+
+import numpy as np
+
+from core.records import RequestRecord, read_request_records
+from core.request_table import RequestTable
+
+BLOCK_ROWS = 65_536
+COLUMNS = [f.name for f in dataclasses.fields(RequestRecord)]
+PARQUET_EXTRA = "pip install 'llm-serving-sim[parquet]' (or pip install pyarrow)"
+
+_JSON_ROW = ('{"request_id": %s, "arrival_s": %r, "prompt_tokens": %d, "max_output_tokens": %d, '
+             '"output_tokens": %d, "first_token_s": %s, "finish_s": %s, "token_times_s": %s, "itl_sum_s": %r, '
+             '"itl_count": %d, "preemptions": %d, "rejected": %s, "replica": %d, "run_id": %s}\n')
+
+
+def pyarrow_or_error():
+    """pyarrow and pyarrow.parquet, or a ValueError saying how to install them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise ValueError(f"Parquet needs pyarrow, which is not installed: {PARQUET_EXTRA}") from None
+    return pyarrow, pyarrow.parquet
+
+
+def _replace_when_done(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _blocks(table: RequestTable):
+    for lo in range(0, len(table), BLOCK_ROWS):
+        yield lo, min(lo + BLOCK_ROWS, len(table))
+
+
+def _times_or(column: np.ndarray, none: str) -> list:
+    """Floats as Python floats (written with repr), NaN as `none`."""
+    return [none if x != x else x for x in column.tolist()]
+
+
+def _token_times(table: RequestTable, lo: int, hi: int, fmt: Callable[[list[float]], str]) -> list[str]:
+    if table.token_offsets is None:
+        return [fmt([])] * (hi - lo)
+    o, values = table.token_offsets, table.token_times_s
+    return [fmt(values[o[i]:o[i + 1]].tolist()) for i in range(lo, hi)]
+
+
+def write_table_jsonl(table: RequestTable, path: str | Path) -> None:
+    """The table as request records in JSONL, as `core.records.write_jsonl` writes them."""
+    path = Path(path)
+
+    def write(tmp: Path) -> None:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(tmp, "wt", encoding="utf-8") as f:
+            for lo, hi in _blocks(table):
+                f.write("".join(_JSON_ROW % row for row in zip(*_json_columns(table, lo, hi))))
+
+    _replace_when_done(path, write)
+
+
+def _json_columns(table: RequestTable, lo: int, hi: int) -> list:
+    if table.request_id is None:
+        ids = [f'"{i}"' for i in range(lo, hi)]
+    else:
+        ids = [json_string(x) for x in table.request_id[lo:hi]]
+    rejected = ["null"] * (hi - lo)
+    for row, reason in table.rejected.items():
+        if lo <= row < hi:
+            rejected[row - lo] = json_string(reason)
+    run_ids = [json_string(table.run_id)] * (hi - lo) if isinstance(table.run_id, str) else \
+        [json_string(x) for x in table.run_id[lo:hi]]
+    return [ids, table.arrival_s[lo:hi].tolist(), table.prompt_tokens[lo:hi].tolist(),
+            table.max_output_tokens[lo:hi].tolist(), table.output_tokens[lo:hi].tolist(),
+            _times_or(table.first_token_s[lo:hi], "null"), _times_or(table.finish_s[lo:hi], "null"),
+            _token_times(table, lo, hi, lambda t: "[" + ", ".join(map(repr, t)) + "]"),
+            table.itl_sum_s[lo:hi].tolist(), table.itl_count[lo:hi].tolist(), table.preemptions[lo:hi].tolist(),
+            rejected, table.replica[lo:hi].tolist(), run_ids]
+
+
+def write_table_csv(table: RequestTable, path: str | Path) -> None:
+    """The table as request records in CSV, as `core.records.records_to_csv` writes them."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            if not len(table):
+                return
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            for lo, hi in _blocks(table):
+                rejected = [""] * (hi - lo)
+                for row, reason in table.rejected.items():
+                    if lo <= row < hi:
+                        rejected[row - lo] = reason
+                w.writerows(zip(table.ids(lo, hi), table.arrival_s[lo:hi].tolist(), table.prompt_tokens[lo:hi].tolist(),
+                                table.max_output_tokens[lo:hi].tolist(), table.output_tokens[lo:hi].tolist(),
+                                _times_or(table.first_token_s[lo:hi], ""), _times_or(table.finish_s[lo:hi], ""),
+                                _token_times(table, lo, hi, lambda t: " ".join(map(repr, t))),
+                                table.itl_sum_s[lo:hi].tolist(), table.itl_count[lo:hi].tolist(),
+                                table.preemptions[lo:hi].tolist(), rejected, table.replica[lo:hi].tolist(),
+                                table.run_ids(lo, hi)))
+
+    _replace_when_done(Path(path), write)
+
+
+def write_table_parquet(table: RequestTable, path: str | Path) -> None:
+    """The table as a Parquet file: one column per RequestRecord field (times that are None are
+    nulls, token times a list column), a row group per block of rows."""
+    pa, pq = pyarrow_or_error()
+    schema = pa.schema([("request_id", pa.string()), ("arrival_s", pa.float64()), ("prompt_tokens", pa.int64()),
+                        ("max_output_tokens", pa.int64()), ("output_tokens", pa.int64()),
+                        ("first_token_s", pa.float64()), ("finish_s", pa.float64()),
+                        ("token_times_s", pa.large_list(pa.float64())), ("itl_sum_s", pa.float64()),
+                        ("itl_count", pa.int64()), ("preemptions", pa.int64()), ("rejected", pa.string()),
+                        ("replica", pa.int64()), ("run_id", pa.string())])
+
+    def write(tmp: Path) -> None:
+        with pq.ParquetWriter(tmp, schema) as w:
+            for lo, hi in _blocks(table):
+                if table.token_offsets is None:
+                    offsets, values = np.zeros(hi - lo + 1, dtype=np.int64), np.zeros(0)
+                else:
+                    o = table.token_offsets[lo:hi + 1]
+                    offsets, values = o - o[0], table.token_times_s[o[0]:o[-1]]
+                rejected = [None] * (hi - lo)
+                for row, reason in table.rejected.items():
+                    if lo <= row < hi:
+                        rejected[row - lo] = reason
+                first, finish = table.first_token_s[lo:hi], table.finish_s[lo:hi]
+                w.write_batch(pa.record_batch([
+                    pa.array(table.ids(lo, hi), pa.string()), table.arrival_s[lo:hi], table.prompt_tokens[lo:hi],
+                    table.max_output_tokens[lo:hi], table.output_tokens[lo:hi],
+                    pa.array(first, mask=np.isnan(first)), pa.array(finish, mask=np.isnan(finish)),
+                    pa.LargeListArray.from_arrays(offsets, values), table.itl_sum_s[lo:hi], table.itl_count[lo:hi],
+                    table.preemptions[lo:hi], pa.array(rejected, pa.string()), table.replica[lo:hi],
+                    pa.array(table.run_ids(lo, hi), pa.string())], schema=schema))
+
+    _replace_when_done(Path(path), write)
+
+
+WRITERS = {"jsonl": write_table_jsonl, "csv": write_table_csv, "parquet": write_table_parquet}
+
+
+def read_table(path: str | Path) -> RequestTable:
+    """Request records from a .jsonl (or .jsonl.gz), .csv or .parquet file, as a table."""
+    path = Path(path)
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        return RequestTable.from_records(read_request_records(path))
+    if path.suffix == ".csv":
+        return _read_csv(path)
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
+    raise ValueError(f"{path}: not a request-records file (.jsonl, .jsonl.gz, .csv or .parquet)")
+
+
+def _table(columns: dict, ids: list[str], rejected: list, run_ids: list[str], lengths: np.ndarray,
+           values: np.ndarray) -> RequestTable:
+    floats = {k: np.asarray(columns[k], dtype=np.float64) for k in ("arrival_s", "first_token_s", "finish_s",
+                                                                     "itl_sum_s")}
+    ints = {k: np.asarray(columns[k], dtype=np.int64) for k in ("prompt_tokens", "max_output_tokens",
+                                                               "output_tokens", "itl_count", "preemptions", "replica")}
+    kept = bool(lengths.any())
+    return RequestTable(**floats, **ints, request_id=ids,
+                        rejected={i: r for i, r in enumerate(rejected) if r is not None},
+                        run_id=run_ids[0] if run_ids and all(x == run_ids[0] for x in run_ids) else run_ids,
+                        token_times_s=values if kept else None,
+                        token_offsets=np.concatenate([[0], np.cumsum(lengths)]) if kept else None)
+
+
+def _read_csv(path: Path) -> RequestTable:
+    import pandas as pd
+    text = {"request_id": str, "token_times_s": str, "rejected": str, "run_id": str}
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}  # pandas 3: the default
+    frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values={"first_token_s": [""], "finish_s": [""]},
+                        **exact)
+    times = [[float(x) for x in cell.split()] for cell in frame["token_times_s"]]
+    lengths = np.array([len(t) for t in times], dtype=np.int64)
+    values = np.array([x for t in times for x in t], dtype=np.float64)
+    return _table(frame, frame["request_id"].tolist(), [r if r else None for r in frame["rejected"]],
+                  frame["run_id"].tolist(), lengths, values)
+
+
+def _read_parquet(path: Path) -> RequestTable:
+    pa, pq = pyarrow_or_error()
+    import pyarrow.compute as pc
+    t = pq.read_table(path)
+    times = t.column("token_times_s").combine_chunks()
+    lengths = np.asarray(pc.list_value_length(times).to_numpy(zero_copy_only=False), dtype=np.int64)
+    columns = {name: t.column(name).to_numpy(zero_copy_only=False) for name in COLUMNS
+               if name not in ("request_id", "token_times_s", "rejected", "run_id")}
+    return _table(columns, t.column("request_id").to_pylist(), t.column("rejected").to_pylist(),
+                  t.column("run_id").to_pylist(), lengths, np.asarray(times.flatten().to_numpy(), dtype=np.float64))
