@@ -175,7 +175,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k) for k in AXES if isinstance(getattr(args, k), list)}  # the flags given
     axes = {k: (v if isinstance(v, list) else [v]) for k in AXES if (v := getattr(args, k)) is not None}
     base = spec_from_args(args, **{k: v[0] for k, v in axes.items()})
-    points, start = capacity.probe_points(base, axes, searched, given, args.start, slos, args.tolerance)
+    points, start, floor = capacity.probe_points(base, axes, searched, given, args.start, slos, args.tolerance)
     check_replications(points[0], args.replications)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
@@ -185,7 +185,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         check_out_dir(args.out, args.overwrite)
     with runner(args.jobs, args.modal) as run:
         searches = capacity.run_searches(points, searched, slos, run, start=start, replications=args.replications,
-                                         tolerance=args.tolerance, goodput=goodput)
+                                         tolerance=args.tolerance, floor=floor, goodput=goodput)
     capacity.report(searches, searched, axes, slos, args.replications, args.tolerance, args.out)
     return 0
 

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+import numpy as np
+
 from core.metrics import summarize_replications
 from sim.build import AXES, RunSpec
 
@@ -77,17 +79,23 @@ def parse_slos(specs: Iterable[str]) -> list[SLO]:
 class Bisection:
     """A monotone search on one axis. Rates (`fewest` False): the highest value that meets, with
     every lower one meeting; replicas (`fewest` True, integers): the smallest, every higher one
-    meeting. `good` is the best value seen to meet, `bad` the nearest seen to fail."""
+    meeting. `good` is the best value seen to meet, `bad` the nearest seen to fail. Halving
+    stops at `floor` (rates: the lowest whose arrivals stay within what a trace may span), or
+    when `exhausted` (lower rates serve every request as before: no load to take away)."""
 
     start: float
     fewest: bool = False
     tolerance: float = 0.02
+    floor: float = 0.0
     good: float | None = None
     bad: float | None = None
+    exhausted: bool = False
 
     def next_value(self) -> float | None:
         """The next value to probe; None when the search is over."""
         reach = 2 ** MAX_STEPS
+        if self.exhausted:
+            return None
         if self.fewest:
             if self.good is None:  # nothing met yet: double
                 if self.bad is None:
@@ -101,7 +109,7 @@ class Bisection:
                 return self.start
             return None if self.good >= self.start * reach else self.good * 2
         if self.good is None:
-            return None if self.bad <= self.start / reach else self.bad / 2
+            return None if self.bad <= self.start / reach or self.bad / 2 < self.floor else self.bad / 2
         return None if self.bad - self.good <= self.tolerance * self.good else (self.good + self.bad) / 2
 
     def record(self, value: float, meets: bool) -> None:
@@ -155,13 +163,16 @@ def _key(values: dict | RunSpec) -> tuple:
 
 
 def search(points: list[RunSpec], searched: str, slos: list[SLO], run: Callable, *, start: float,
-           replications: int = 1, tolerance: float = 0.02, goodput: dict[str, float] | None = None,
+           replications: int = 1, tolerance: float = 0.02, floor: float = 0.0,
+           goodput: dict[str, float] | None = None,
            on_probe: Callable[[list[Search]], None] | None = None) -> list[Search]:
     """One bisection of `searched` (a RunSpec field: rate, rate_scale, replicas) per grid point.
     Each round takes every unfinished search's next probe, runs its replications on `run` (a
-    sim.fanout runner) and records the verdicts; `on_probe(searches)` after each probe."""
+    sim.fanout runner) and records the verdicts; `on_probe(searches)` after each probe. A
+    search that has met nothing stops halving once a probe's SLO metrics equal the previous
+    probe's: the requests no longer meet in the queue, so less load cannot help."""
     fewest = searched == "replicas"
-    searches = [Search(p, Bisection(start, fewest, tolerance)) for p in points]
+    searches = [Search(p, Bisection(start, fewest, tolerance, floor)) for p in points]
     while True:
         wanted: dict[tuple, tuple[Search, float]] = {}
         specs = []
@@ -182,8 +193,13 @@ def search(points: list[RunSpec], searched: str, slos: list[SLO], run: Callable,
             rows.append(row)
             if len(rows) == replications:
                 probe = judge(value, sorted(rows, key=lambda r: r["seed"]), slos)
+                last = s.probes[-1] if s.probes else None
                 s.probes.append(probe)
                 s.bisection.record(value, probe.meets)
+                if (not fewest and not probe.meets and s.bisection.good is None and last is not None
+                        and all(math.isclose(probe.stats[x.column][0], last.stats[x.column][0], rel_tol=1e-9)
+                                for x in slos)):
+                    s.bisection.exhausted = True
                 if on_probe is not None:
                     on_probe(searches)
 
@@ -230,6 +246,17 @@ def probe_rows(searches: list[Search], searched: str, varying: Iterable[str]) ->
     return out
 
 
+def lowest_rate(searched: str, trace) -> float:
+    """The lowest rate (or rate scale) whose arrivals stay within the span a trace may have."""
+    from traces.trace import MAX_ARRIVAL_S
+
+    if searched == "rate":
+        return 2 * len(trace) / MAX_ARRIVAL_S  # n Poisson arrivals span about n / rate
+    if searched == "rate_scale" and len(trace) > 1:
+        return float(trace.arrival_s[-1] - trace.arrival_s[0]) / MAX_ARRIVAL_S
+    return 0.0
+
+
 def default_start(searched: str, trace) -> float:
     """The first probe: the trace's own mean rate (rate), its own times (rate_scale 1), one replica."""
     if searched == "rate":
@@ -239,9 +266,10 @@ def default_start(searched: str, trace) -> float:
 
 
 def probe_points(base: RunSpec, axes: dict[str, list], searched: str, given: dict, start: float | None,
-                 slos: list[SLO], tolerance: float) -> tuple[list[RunSpec], float]:
+                 slos: list[SLO], tolerance: float) -> tuple[list[RunSpec], float, float]:
     """The grid points to search (every combination of the other axes' values, the searched one
-    set to the first probe) and that first probe; a bad combination is a one-line ValueError."""
+    set to the first probe), that first probe and the lowest value worth probing; a bad
+    combination is a one-line ValueError."""
     from sim.build import load_trace_file
     from sim.sweep import grid
 
@@ -257,8 +285,9 @@ def probe_points(base: RunSpec, axes: dict[str, list], searched: str, given: dic
     if not 0 < tolerance < 1:
         raise ValueError(f"--tolerance must be between 0 and 1, got {tolerance}")
     trace = load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before any work
+    trace = trace.take(np.arange(min(len(trace), base.limit or len(trace))))
     if start is None:
-        start = default_start(searched, trace.take(range(min(len(trace), base.limit or len(trace)))))
+        start = default_start(searched, trace)
     if not (math.isfinite(start) and start > 0):
         raise ValueError(f"--start must be a positive number, got {start}")
     if searched == "replicas":
@@ -270,7 +299,7 @@ def probe_points(base: RunSpec, axes: dict[str, list], searched: str, given: dic
     if any(s.metric == "itl" and s.stat != "mean" for s in slos):
         base = base.with_(keep_token_times=True)  # ITL percentiles need every token's time
     others = {k: v for k, v in axes.items() if k != searched}
-    return grid(base.with_(**{searched: start}), 1, **others), start
+    return grid(base.with_(**{searched: start}), 1, **others), start, lowest_rate(searched, trace)
 
 
 def report(searches: list[Search], searched: str, axes: dict[str, list], slos: list[SLO], replications: int,
@@ -281,13 +310,15 @@ def report(searches: list[Search], searched: str, axes: dict[str, list], slos: l
     unused = {searched, "rate_scale" if searched == "rate" else searched}  # rate: the trace's times are not used
     fixed = ", ".join(f"{k}={v[0]}" for k, v in axes.items() if len(v) == 1 and k not in unused)
     print_table(rows, searched, slos, replications, tolerance, f"cost {searches[0].point.cost}, {fixed}")
+    for line in notes(searches, searched, varying, slos):
+        print(line)
     if out is not None:
         write_tables(out, rows, probe_rows(searches, searched, varying))
     return rows
 
 
 def run_searches(points: list[RunSpec], searched: str, slos: list[SLO], run: Callable, *, start: float,
-                 replications: int, tolerance: float, goodput: dict[str, float] | None,
+                 replications: int, tolerance: float, floor: float = 0.0, goodput: dict[str, float] | None = None,
                  progress: bool = True) -> list[Search]:
     """`search` with a progress bar of probes done (its total an estimate once every search has
     found its bracket)."""
@@ -302,7 +333,7 @@ def run_searches(points: list[RunSpec], searched: str, slos: list[SLO], run: Cal
             bar.update(done - bar.n)
 
         return search(points, searched, slos, run, start=start, replications=replications,
-                      tolerance=tolerance, goodput=goodput, on_probe=on_probe)
+                      tolerance=tolerance, floor=floor, goodput=goodput, on_probe=on_probe)
 
 
 def print_table(rows: list[dict], searched: str, slos: list[SLO], replications: int, tolerance: float,
@@ -316,8 +347,28 @@ def print_table(rows: list[dict], searched: str, slos: list[SLO], replications: 
           f"replication{'s' if replications > 1 else ''} per probe{precision}); {fixed}")
     frame = pd.DataFrame(rows)
     frame = frame.drop(columns=[c for c in frame if c.endswith("_ci") and frame[c].isna().all()])
+    value = lambda v: "-" if math.isnan(v) else f"{v:.4g}"  # noqa: E731 (rates span decades)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.2f}".format):
-        print(frame.to_string(index=False))
+        print(frame.to_string(index=False, formatters={answer_column(searched): value, "fails_at": value}))
+
+
+def notes(searches: list[Search], searched: str, varying: Iterable[str], slos: list[SLO]) -> list[str]:
+    """A line for each search that found no bracket: what its last probe measured."""
+    lines = []
+    for s in searches:
+        name = ", ".join(f"{a}={getattr(s.point, a)}" for a in varying) or "the search"
+        b, last = s.bisection, s.probes[-1] if s.probes else None
+        if last is None or (b.good is not None and b.bad is not None):
+            continue
+        measured = ", ".join(f"{x.stat} {x.metric} {last.stats[x.column][0]:.4g} ms" for x in slos)
+        if b.good is None:
+            why = ("less load changed nothing, so requests served alone miss them" if b.exhausted
+                   else "the search went no lower")
+            lines.append(f"{name}: no probe met the SLOs; the last, {searched} {last.value:.4g}, measured "
+                         f"{measured} ({why})")
+        else:
+            lines.append(f"{name}: every probe met the SLOs, up to {searched} {last.value:.4g} ({measured})")
+    return lines
 
 
 def write_tables(out, rows: list[dict], probes: list[dict]) -> None:

@@ -92,6 +92,15 @@ def test_rate_search_with_replications_reports_confidence_intervals(tmp_path, ca
     assert "p99_ttft_ms_ci" in capsys.readouterr().out
 
 
+def test_a_slo_that_requests_served_alone_miss_stops_the_search(evenly, tmp_path, capsys):
+    # 10 ms apart every request is served alone in 4 ms; at half the rate nothing changes: stop.
+    assert main(["capacity", "--trace", str(evenly), "--search", "rate-scale", "--slo", "ttft:p99:3",
+                 "--out", str(tmp_path / "o"), *ONE_PER_PASS]) == 0
+    (row,) = pd.read_csv(tmp_path / "o" / "capacity.csv").to_dict("records")
+    assert math.isnan(row["max_rate_scale"]) and (row["fails_at"], row["probes"]) == (0.5, 2)
+    assert "no probe met the SLOs; the last, rate_scale 0.5, measured p99 ttft 4 ms" in capsys.readouterr().out
+
+
 def test_bisection_steps():
     b = Bisection(start=10)
     for value, meets in ((10, True), (20, True), (40, False), (30, False), (25, True)):
@@ -107,6 +116,11 @@ def test_bisection_steps():
         assert always.next_value() == value
         always.record(value, True)
     assert always.next_value() is None and always.good == 1
+    floored = Bisection(start=1, floor=0.3)  # 0.25 would put arrivals past what a trace may span
+    for value in (1, 0.5):
+        assert floored.next_value() == value
+        floored.record(value, False)
+    assert floored.next_value() is None
 
 
 def test_replications_of_a_deterministic_replay_are_refused(evenly, capsys):
