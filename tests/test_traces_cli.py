@@ -52,12 +52,50 @@ def test_clip_scale_window_convert_and_summary_chain(tmp_path, capsys):
     assert "busiest_minute_rate" in capsys.readouterr().out
 
 
-def test_bad_input_is_one_line_on_stderr_and_exit_code_one(tmp_path, capsys):
+def test_bad_input_is_one_line_on_stderr_and_exit_status_two(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,-1,1\n")
-    assert main(["summary", str(bad)]) == 1
+    assert main(["summary", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and f"{bad}, line 3:" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    ("summary", "the following arguments are required: input"),  # argparse's own errors: one line too
+    ("generate poisson --rate 0 --n 5", "argument --rate: must be more than 0, got 0"),
+    ("generate poisson --rate nan --n 5", "argument --rate: expected a finite number, got 'nan'"),
+    ("generate poisson --rate 1 --n 1000000000000", "argument --n: must be at most 1e+08"),
+    ("generate poisson --rate 1 --duration 1e15", "argument --duration: must be at most 1e+08"),
+    ("generate poisson --rate 1 --n 5 --prompt 0", "argument --prompt: token lengths must be at least 1"),
+    ("generate fixed --prompts 16,x", "argument --prompts: expected lengths like 16,64,256"),
+    ("generate poisson --rate 1 --n 5 --seed -1", "argument --seed: must be at least 0"),
+    ("clip {trace} --context 0", "argument --context: must be at least 2, got 0"),
+    ("scale {trace} --rate inf", "argument --rate: expected a finite number, got 'inf'"),
+    ("window {trace} --start nan --end 1", "argument --start: expected a finite number"),
+    ("window {trace} --start 5 --end 1", "--end 1 must be after --start 5"),
+    ("window {trace} --start 100 --end 101", "no request of"),
+    ("summary {trace} --window 0", "argument --window: must be more than 0, got 0"),
+    ("summary {trace} --window 1e-9", "--window 1e-09: the trace spans 1 s, which makes 1e+09 windows"),
+    ("convert {trace} --out {tmp}", "is a directory"),
+])
+def test_bad_options_are_one_line_naming_the_option_and_nothing_is_written(tmp_path, capsys, args, message):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n")
+    argv = args.format(trace=trace, tmp=tmp_path).split()
+    if "--out" not in argv and argv[0] != "summary":
+        argv += ["--out", str(tmp_path / "out.csv")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_summary_of_a_long_trace_leaves_out_the_default_windows_it_would_not_print(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n90000000,1,1\n")
+    assert main(["summary", str(trace)]) == 0  # 150,000 windows of 600 s: the line is left out
+    out = capsys.readouterr().out
+    assert "busiest_minute_rate" in out and "window" not in out
 
 
 def test_committed_traces_match_the_documented_command(tmp_path, monkeypatch):

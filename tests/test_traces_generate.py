@@ -103,3 +103,14 @@ def test_bad_arguments_are_refused():
         poisson(math.inf, duration_s=5.0)
     with pytest.raises(ValueError, match="at least 1"):
         poisson(1.0, n=5, prompt_tokens=0)
+    # bounds instead of allocations that cannot succeed
+    with pytest.raises(ValueError, match="n must be from 1 to 100,000,000"):
+        poisson(1.0, n=10**12)
+    with pytest.raises(ValueError, match="at most 1e\\+08 s"):
+        poisson(1.0, duration_s=1e15)
+    with pytest.raises(ValueError, match="more than the 100,000,000 a generated trace may hold"):
+        poisson(1e300, duration_s=1.0)
+    with pytest.raises(ValueError, match="past the 1e\\+08 s a trace may span"):
+        poisson(1e-6, n=1000)
+    with pytest.raises(ValueError, match="more than the 100,000,000"):
+        on_off(math.inf, 1.0, 1.0, n=5)

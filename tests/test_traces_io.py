@@ -77,6 +77,8 @@ BAD_PROJECT_FILES = {
     "text length": (HEADER + "0,1,1\n1,1,many\n", 3, "output_tokens must be a whole number"),
     "missing value": (HEADER + "0,1,1\n1,1\n", 3, "missing output_tokens"),
     "too many fields": (HEADER + "0,1,1\n1,1,1,1\n", 3, "malformed row"),
+    "too many fields on the first row": (HEADER + "0,1,1,1\n1,1,1\n", 2, "malformed row"),
+    "trailing comma on the first row": (HEADER + "0,1,1,\n1,1,1\n", 2, "malformed row"),
     "blank line inside": (HEADER + "0,1,1\n\n1,1,1\n", 3, "blank line"),
     "out of order": (HEADER + "0,1,1\n5,1,1\n4,1,1\n", 4, "earlier than 5.0 on line 3"),
     "repeated request id": ("arrival_s,prompt_tokens,output_tokens,request_id\n0,1,1,a\n1,1,1,b\n2,1,1,a\n",
@@ -117,6 +119,19 @@ def test_bytes_that_are_not_text_fail_as_a_bad_cell_with_its_line(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(HEADER.encode() + b"0,1,1\n1,\xff\xfe,1\n")
     with pytest.raises(TraceError, match=r"line 3: prompt_tokens must be a whole number"):
+        load_trace(path)
+
+
+def test_a_request_id_with_bytes_that_are_not_utf8_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"arrival_s,prompt_tokens,output_tokens,request_id\n0,1,1,ok\n1,1,1,caf\xe9\n")
+    with pytest.raises(TraceError, match=r"line 3: request_id 'caf\ufffd' holds bytes that are not UTF-8"):
+        load_trace(path)
+
+
+def test_an_extra_cell_in_a_public_file_is_refused_too(tmp_path):
+    path = write(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.0000000,100,50,7\n")
+    with pytest.raises(TraceError, match="line 2: malformed row: Expected 3 fields in line 2, saw 4"):
         load_trace(path)
 
 

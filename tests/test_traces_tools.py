@@ -66,6 +66,16 @@ def test_rate_per_window_divides_every_window_by_its_full_length():
     assert rate_per_window(trace, 60.0).tolist() == [3 / 60, 1 / 60, 1 / 60]
 
 
+def test_summary_of_a_long_span_allocates_by_requests_not_by_seconds(monkeypatch):
+    """A trace over 1e8 s has 1.7 million minutes; the busiest one is found among the two that
+    hold a request, and rate_per_window refuses a window count it would not allocate."""
+    trace = Trace(np.array([0.0, 1.0, 1e8]), np.ones(3), np.ones(3))
+    monkeypatch.setattr(np, "bincount", None)  # a dense count over every minute would fail here
+    assert summary(trace)["busiest_minute_rate"] == pytest.approx(2 / 60)
+    with pytest.raises(ValueError, match="at most 10,000,000 windows"):
+        rate_per_window(trace, 1.0)
+
+
 def test_summary_reports_rate_busiest_minute_and_percentiles():
     arrivals = np.concatenate([np.linspace(0, 59, 30), np.linspace(60, 119, 90)])
     trace = Trace(arrivals, np.arange(1, 121), np.full(120, 7), name="s")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from traces import generate
@@ -15,34 +17,98 @@ from traces.download import DEFAULT_DEST, PUBLIC_TRACES, DownloadError, download
 from traces.errors import TraceError
 from traces.io import FORMATS, load_trace, save_trace
 from traces.tools import clip_to_context, rate_per_window, scale_rate, summary, window
-from traces.trace import Trace
+from traces.trace import MAX_ARRIVAL_S, Trace
+
+MAX_WINDOWS = 10_000  # `summary --window` prints at most this many per-window rates
+
+
+class UsageError(ValueError):
+    """A command-line argument argparse refused."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (`error: ...`, exit status 2) instead of
+    the usage text, like every other bad input here."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def number(kind=float, *, low: float | None = None, above: float | None = None, high: float | None = None,
+           infinite: bool = False):
+    """An argparse type: a `kind` number, finite (unless `infinite`), >= low, > above, <= high."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a{' whole' if kind is int else ''} number, got {text!r}") \
+                from None
+        if math.isnan(value) or (math.isinf(value) and not infinite):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
+        if above is not None and not value > above:
+            raise argparse.ArgumentTypeError(f"must be more than {above:g}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
+        return value
+    return parse
+
+
+COUNT = number(int, low=1, high=generate.MAX_REQUESTS)
+SECONDS = number(above=0, high=MAX_ARRIVAL_S)
+RATE = number(above=0)  # requests per second, finite
 
 
 def lengths(text: str) -> generate.Lengths:
     """A token-length argument: `256` (constant), `16,64,256` (drawn from these) or `64:512`
-    (uniform, both ends included)."""
+    (uniform, both ends included); every length at least 1."""
     try:
         if ":" in text:
             low, high = (int(x) for x in text.split(":"))
-            return generate.uniform(low, high)
-        if "," in text:
-            return generate.choice([int(x) for x in text.split(",")])
-        return int(text)
+            values, made = [low, high], generate.uniform(low, high)
+        elif "," in text:
+            values = [int(x) for x in text.split(",")]
+            made = generate.choice(values)
+        else:
+            made = int(text)
+            values = [made]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N, A,B,C or LOW:HIGH, got {text!r}") from None
+    if min(values) < 1 or (":" in text and values[0] > values[1]):
+        raise argparse.ArgumentTypeError(f"token lengths must be at least 1 (and LOW <= HIGH), got {text!r}")
+    return made
 
 
 def rates(text: str) -> list[float]:
-    """A comma-separated list of rates."""
+    """A comma-separated list of rates, each finite and >= 0."""
     try:
-        return [float(x) for x in text.split(",")]
+        values = [float(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected rates like 1,5,2, got {text!r}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"rates must be finite and >= 0, got {text!r}")
+    return values
+
+
+def check_out_file(path: Path) -> None:
+    """Refuse an --out that is a directory, or in a place this process cannot write, before any work."""
+    if path.is_dir():
+        raise ValueError(f"--out {path}: is a directory; name the trace file to write")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--out {path}: {parent} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent))
+    except OSError as e:
+        raise ValueError(f"--out {path}: cannot write in {parent} ({e.strerror})") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m traces", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m traces", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     gen = commands.add_parser("generate", help="write a synthetic trace")
@@ -55,37 +121,39 @@ def build_parser() -> argparse.ArgumentParser:
     for kind, text in helps.items():
         sub = kinds.add_parser(kind, help=text, description=text)
         if kind in ("poisson", "gamma"):
-            sub.add_argument("--rate", type=float, required=True, help="requests per second")
+            sub.add_argument("--rate", type=number(above=0, infinite=True), required=True,
+                             help="requests per second (inf: all at t = 0)")
         if kind == "gamma":
-            sub.add_argument("--burstiness", type=float, required=True,
+            sub.add_argument("--burstiness", type=number(above=0), required=True,
                              help="gamma shape; gaps have CV 1/sqrt(burstiness)")
         if kind == "fixed":
-            sub.add_argument("--rate", type=float, default=math.inf,
+            sub.add_argument("--rate", type=number(above=0, infinite=True), default=math.inf,
                              help="Poisson rate (default inf: all requests at t = 0)")
-            sub.add_argument("--prompts", default=",".join(map(str, generate.SEED_PROMPTS)),
-                             help="prompt lengths to draw from (default %(default)s)")
+            sub.add_argument("--prompts", type=prompt_list, default=list(generate.SEED_PROMPTS),
+                             help=f"prompt lengths to draw from (default {','.join(map(str, generate.SEED_PROMPTS))})")
         if kind == "onoff":
-            sub.add_argument("--rate-on", type=float, required=True)
-            sub.add_argument("--on", type=float, required=True, help="seconds per burst")
-            sub.add_argument("--off", type=float, required=True, help="seconds between bursts")
-            sub.add_argument("--rate-off", type=float, default=0.0)
+            sub.add_argument("--rate-on", type=RATE, required=True)
+            sub.add_argument("--on", type=SECONDS, required=True, help="seconds per burst")
+            sub.add_argument("--off", type=number(low=0, high=MAX_ARRIVAL_S), required=True,
+                             help="seconds between bursts")
+            sub.add_argument("--rate-off", type=number(low=0), default=0.0)
         if kind == "ramp":
             curve = sub.add_mutually_exclusive_group(required=True)
             curve.add_argument("--rates", type=rates, help="rates spread evenly over the duration, e.g. 1,8,2")
             curve.add_argument("--daily", type=rates, metavar="PEAK,TROUGH",
                                help="a day's cosine curve peaking at 14:00, squeezed into --duration")
-            sub.add_argument("--duration", type=float, required=True, help="seconds")
+            sub.add_argument("--duration", type=SECONDS, required=True, help="seconds")
         else:
             size = sub.add_mutually_exclusive_group(required=kind != "fixed")
-            size.add_argument("--n", type=int, help="number of requests" +
+            size.add_argument("--n", type=COUNT, help="number of requests" +
                               (" (default 100)" if kind == "fixed" else ""))
-            size.add_argument("--duration", type=float, help="seconds of arrivals")
+            size.add_argument("--duration", type=SECONDS, help="seconds of arrivals")
         if kind != "fixed":
             sub.add_argument("--prompt", type=lengths, default=256,
                              help="prompt tokens: N, A,B,C or LOW:HIGH (default 256)")
         sub.add_argument("--output", type=lengths, default=256,
                          help="output tokens: N, A,B,C or LOW:HIGH (default 256)")
-        sub.add_argument("--seed", type=int, default=0)
+        sub.add_argument("--seed", type=number(int, low=0), default=0)
         sub.add_argument("--out", type=Path, required=True, help="project CSV to write")
 
     conv = commands.add_parser("convert", help="convert a public trace to the project CSV")
@@ -96,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     summ = commands.add_parser("summary", help="print requests, rate, busiest minute, token percentiles")
     summ.add_argument("input", type=Path)
     summ.add_argument("--fmt", choices=FORMATS, help="input format (default: detect)")
-    summ.add_argument("--window", type=float, default=600.0,
-                      help="also print the rate per window of this many seconds (default 600)")
+    summ.add_argument("--window", type=number(above=0), default=None,
+                      help=f"also print the rate per window of this many seconds (default 600, when that makes "
+                           f"at most {MAX_WINDOWS:,} windows)")
 
     down = commands.add_parser("download", help="fetch a public trace by name",
                                description="Names: " + ", ".join(PUBLIC_TRACES))
@@ -107,18 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     clip = commands.add_parser("clip", help="fit every request into a model's context")
     clip.add_argument("input", type=Path)
-    clip.add_argument("--context", type=int, required=True, help="context length in tokens")
+    clip.add_argument("--context", type=number(int, low=2), required=True, help="context length in tokens")
     clip.add_argument("--out", type=Path, required=True)
 
     scale = commands.add_parser("scale", help="stretch or compress time to a target mean rate")
     scale.add_argument("input", type=Path)
-    scale.add_argument("--rate", type=float, required=True, help="target requests per second")
+    scale.add_argument("--rate", type=RATE, required=True, help="target requests per second")
     scale.add_argument("--out", type=Path, required=True)
 
     win = commands.add_parser("window", help="keep requests arriving in [--start, --end), times from --start")
     win.add_argument("input", type=Path)
-    win.add_argument("--start", type=float, required=True, help="seconds")
-    win.add_argument("--end", type=float, required=True, help="seconds")
+    win.add_argument("--start", type=number(), required=True, help="seconds")
+    win.add_argument("--end", type=number(), required=True, help="seconds")
     win.add_argument("--out", type=Path, required=True)
     return parser
 
@@ -130,9 +199,8 @@ def generated(args: argparse.Namespace) -> Trace:
         return generate.gamma(args.rate, args.burstiness, args.n, args.duration, args.prompt,
                               args.output, args.seed)
     if args.kind == "fixed":
-        prompts = [int(x) for x in args.prompts.split(",")]
         n = args.n if args.n is not None or args.duration is not None else 100
-        return generate.fixed_prompts(n, args.rate, prompts, args.output, args.duration, args.seed)
+        return generate.fixed_prompts(n, args.rate, args.prompts, args.output, args.duration, args.seed)
     if args.kind == "onoff":
         return generate.on_off(args.rate_on, args.on, args.off, args.rate_off, args.n, args.duration,
                                args.prompt, args.output, args.seed)
@@ -140,7 +208,35 @@ def generated(args: argparse.Namespace) -> Trace:
     return generate.ramp(curve, args.duration, args.prompt, args.output, args.seed)
 
 
+def prompt_list(text: str) -> list[int]:
+    """`--prompts 16,64,256`: prompt lengths, each at least 1."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected lengths like 16,64,256, got {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be at least 1, got {text!r}")
+    return values
+
+
+def summary_window(trace: Trace, given: float | None) -> float | None:
+    """`summary --window`: the window to print rates for (None: none), refusing a given window that
+    would print more than MAX_WINDOWS rates (the default of 600 s is then left out)."""
+    window_s = given or 600.0
+    windows = trace.span_s / window_s
+    if windows <= MAX_WINDOWS:
+        return window_s if trace.span_s >= window_s else None
+    if given is None:
+        return None
+    raise ValueError(f"--window {window_s:g}: the trace spans {trace.span_s:g} s, which makes {windows:.3g} "
+                     f"windows; at most {MAX_WINDOWS:,} are printed (give a longer --window)")
+
+
 def run(args: argparse.Namespace) -> None:
+    if getattr(args, "out", None) is not None:
+        check_out_file(args.out)
+    if args.command == "window" and not args.end > args.start:
+        raise ValueError(f"--end {args.end:g} must be after --start {args.start:g}")
     if args.command == "generate":
         trace = generated(args)
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
@@ -149,11 +245,12 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}")
     elif args.command == "summary":
         trace = load_trace(resolve_trace(args.input), args.fmt)
+        window_s = summary_window(trace, args.window)
         for key, value in summary(trace).items():
             print(f"{key:>26}  {value:.6g}" if isinstance(value, float) else f"{key:>26}  {value}")
-        if trace.span_s >= args.window:
-            per_window = ", ".join(f"{r:.2f}" for r in rate_per_window(trace, args.window))
-            print(f"{'rate per ' + format(args.window, 'g') + ' s window':>26}  {per_window}")
+        if window_s is not None:
+            per_window = ", ".join(f"{r:.2f}" for r in rate_per_window(trace, window_s))
+            print(f"{'rate per ' + format(window_s, 'g') + ' s window':>26}  {per_window}")
     elif args.command == "download":
         print(download(args.name, args.dest, use_local=not args.no_local))
     elif args.command == "clip":
@@ -164,17 +261,19 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {len(trace)} requests at {trace.rate:.4g} req/s to {save_trace(trace, args.out)}")
     elif args.command == "window":
         trace = window(load_trace(resolve_trace(args.input)), args.start, args.end)
+        if not len(trace):
+            raise ValueError(f"--start {args.start:g} --end {args.end:g}: no request of {args.input} arrives "
+                             "in that window")
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; bad input is reported in one line, not a traceback."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; bad input is reported in one line (exit status 2), not a traceback."""
     try:
-        run(args)
+        run(build_parser().parse_args(argv))
     except (TraceError, DownloadError, FileNotFoundError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

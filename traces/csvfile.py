@@ -11,6 +11,7 @@ every cell as text, where the parsers find and name the first bad cell. Nothing 
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -104,6 +105,7 @@ def data_chunks(path: Path, header: list[str], text_columns: tuple[str, ...] = (
 
     Blank lines are errors, except at the very end of the file (editors leave them there).
     """
+    _check_first_row(path, header)
     text = str if as_text else {c: str for c in text_columns if c in header}
     reader = pd.read_csv(path, dtype=text,
                          keep_default_na=False, na_filter=False, skip_blank_lines=False,
@@ -133,6 +135,17 @@ def data_chunks(path: Path, header: list[str], text_columns: tuple[str, ...] = (
         raise TraceError(path, line, f"malformed row: {_tail(str(e))}") from None
     if rows == 0:
         raise TraceError(path, 2, "no requests after the header")
+
+
+def _check_first_row(path: Path, header: list[str]) -> None:
+    """pandas, with index_col=False, drops the cells past the header's on the first data row with
+    only a warning; refuse them there as it refuses them on every later row."""
+    with open(path, encoding=ENCODING, errors="replace", newline="") as f:
+        rows = csv.reader(f)
+        next(rows, None)
+        first = next(rows, None)
+    if first is not None and len(first) > len(header):
+        raise TraceError(path, 2, f"malformed row: Expected {len(header)} fields in line 2, saw {len(first)}")
 
 
 def _line_in_message(message: str) -> int:

@@ -18,7 +18,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from traces.trace import Trace
+from traces.trace import MAX_ARRIVAL_S, Trace
+
+# The most requests a generated trace may hold: 100 million (about 2.4 GB of columns); past it,
+# and past MAX_ARRIVAL_S seconds, a generator refuses instead of trying to allocate.
+MAX_REQUESTS = 100_000_000
 
 Sampler = Callable[[np.random.Generator, int], np.ndarray]
 Lengths = int | Sampler
@@ -119,10 +123,17 @@ def _streams(seed: int) -> list[np.random.Generator]:
 def _check_size(n: int | None, duration_s: float | None) -> None:
     if (n is None) == (duration_s is None):
         raise ValueError("give exactly one of n (number of requests) and duration_s")
-    if n is not None and n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
-    if duration_s is not None and not duration_s > 0:
-        raise ValueError(f"duration_s must be positive, got {duration_s}")
+    if n is not None and not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"n must be from 1 to {MAX_REQUESTS:,}, got {n}")
+    if duration_s is not None and not 0 < duration_s <= MAX_ARRIVAL_S:
+        raise ValueError(f"duration_s must be positive and at most {MAX_ARRIVAL_S:g} s, got {duration_s}")
+
+
+def _check_expected(rate: float, duration_s: float) -> None:
+    """Refuse a rate and duration that would draw more than MAX_REQUESTS arrivals."""
+    if not rate * duration_s <= MAX_REQUESTS:  # NaN too (an infinite rate over no time)
+        raise ValueError(f"rate {rate:g}/s for {duration_s:g} s makes about {rate * duration_s:.3g} requests, "
+                         f"more than the {MAX_REQUESTS:,} a generated trace may hold")
 
 
 def _renewal_arrivals(rng: np.random.Generator, rate: float, shape: float, n: int | None,
@@ -135,6 +146,8 @@ def _renewal_arrivals(rng: np.random.Generator, rate: float, shape: float, n: in
             raise ValueError("an infinite rate sends everything at t = 0: give n, not duration_s")
         return np.zeros(n)
     scale = 1.0 / (rate * shape)
+    if duration_s is not None:
+        _check_expected(rate, duration_s)
     if n is not None:
         return np.concatenate([[0.0], np.cumsum(rng.gamma(shape, scale, n - 1))])
     # Draw gaps in blocks until past the end; the stream is the same as one long draw, so a
@@ -158,6 +171,7 @@ def _nonhomogeneous_arrivals(rng: np.random.Generator, rate_at: Callable[[np.nda
     state = rng.bit_generator.state
     horizon = duration_s if n is None else 1.5 * n / mean_rate
     while True:
+        _check_expected(max_rate, horizon)
         rng.bit_generator.state = state  # each attempt replays the same stream
         count = rng.poisson(max_rate * horizon)
         times = np.sort(rng.uniform(0.0, horizon, count))
@@ -172,6 +186,9 @@ def _nonhomogeneous_arrivals(rng: np.random.Generator, rate_at: Callable[[np.nda
 def _trace(arrival_s: np.ndarray, prompt_tokens: Lengths, output_tokens: Lengths,
            streams: list[np.random.Generator], name: str) -> Trace:
     n = len(arrival_s)
+    if n and arrival_s[-1] > MAX_ARRIVAL_S:
+        raise ValueError(f"{name}: arrivals reach {arrival_s[-1]:.3g} s, past the {MAX_ARRIVAL_S:g} s a trace may "
+                         "span; ask for fewer requests or a higher rate")
     return Trace(arrival_s=arrival_s,
                  prompt_tokens=_lengths(prompt_tokens, streams[1], n, "prompt_tokens"),
                  output_tokens=_lengths(output_tokens, streams[2], n, "output_tokens"),

@@ -144,6 +144,11 @@ def _request_ids(col: pd.Series, path: Path, what: str) -> list[str]:
     blank = (col.str.strip() == "").to_numpy()
     if blank.any():
         raise TraceError(path, int(col.index[blank.argmax()]), f"missing {what}")
+    replaced = col.str.contains("\ufffd", regex=False).to_numpy()  # where a byte was not UTF-8
+    if replaced.any():
+        line, cell = int(col.index[replaced.argmax()]), col[col.index[replaced.argmax()]]
+        raise TraceError(path, line, f"{what} {cell!r} holds bytes that are not UTF-8 (or U+FFFD, which stands "
+                                     "for them)")
     return col.tolist()
 
 
