@@ -6,8 +6,9 @@ One function, `compute_metrics`, serves real runs and simulated runs alike:
 - TPOT: (E2EL - TTFT) / (output_tokens - 1), per request with at least 2 output tokens.
 - ITL: every gap between consecutive output tokens, pooled over all requests.
 - E2EL: last token time - arrival, per request.
-- request / output-token / total-token throughput: counts over the run's duration, which is
-  from the first arrival to the last finish.
+- request / output-token / total-token throughput: counts over the run's duration, vLLM's
+  benchmark duration: from the start (the first request's arrival: vLLM sends its first request
+  at once) to the last response, a rejected request's refusal included.
 - goodput: completed requests that meet every given SLO (ttft, tpot, e2el; milliseconds, as
   vLLM's `--goodput ttft:MS tpot:MS`), per second.
 """
@@ -109,7 +110,7 @@ def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[
                     duration_s: float | None = None) -> Metrics:
     """Metrics over a run's request records, given as records or as a `RequestTable` (the same
     records in columns; records are turned into one, so both give the same numbers). `slos` maps
-    ttft/tpot/e2el to seconds; `duration_s` overrides the run's span (first arrival to last finish)."""
+    ttft/tpot/e2el to seconds; `duration_s` overrides the run's span (first arrival to last response)."""
     t = records if isinstance(records, RequestTable) else RequestTable.from_records(records)
     percentiles = tuple(percentiles)
     done = t.completed_mask()
@@ -138,8 +139,10 @@ def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[
                            nan, nan, {p: nan for p in percentiles})
 
     completed = int(done.sum())
-    if duration_s is None:
-        duration_s = float(finish[done].max() - arrival.min()) if completed else 0.0
+    if duration_s is None:  # vLLM's: to the last response, a refusal (at arrival, or when made) included
+        refused = t.rejected_mask()
+        ends = np.concatenate([finish[done], np.where(np.isnan(finish[refused]), arrival[refused], finish[refused])])
+        duration_s = float(ends.max() - arrival.min()) if len(ends) else 0.0
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: float("nan"))
 
     goodput = None

@@ -179,8 +179,9 @@ class CalibratedCost:
     def projected(self, gpu: GPUSpec, measured_on: GPUSpec) -> "CalibratedCost":
         """This model moved to another GPU: bandwidth terms (weights, KV, the serial walk through
         the cache) by the ratio of the cards' bandwidths, arithmetic (projections, attention) by
-        their arithmetic rates, each decode graph's time by the ratio of the roofline's time for
-        its batch on the two cards; fixed costs stay. A projection, not a measurement: `calibrate
+        their arithmetic rates, each decode graph's time (and batch 1's fixed time, which is
+        mostly the weights' read) by the ratio of the roofline's time for its batch on the two
+        cards; the other fixed costs stay. A projection, not a measurement: `calibrate
         fit` reports how far the roofline alone is from the measured card, the size of error to
         expect."""
         bw, fl = gpu.bandwidth_gbs / measured_on.bandwidth_gbs, gpu.fp16_tflops / measured_on.fp16_tflops
@@ -189,7 +190,8 @@ class CalibratedCost:
             return max(self.weight_bytes / (spec.bandwidth_gbs * 1e9), m * self.flops_per_token / (spec.fp16_tflops * 1e12))
 
         out = copy.deepcopy(self)
-        out.p1 = dict(self.p1, kv_gbs=self.p1["kv_gbs"] * bw, serial_s_per_token=self.p1["serial_s_per_token"] / bw)
+        out.p1 = dict(self.p1, fixed_s=self.p1["fixed_s"] * roof(1, gpu) / roof(1, measured_on),  # the weights' read
+                      kv_gbs=self.p1["kv_gbs"] * bw, serial_s_per_token=self.p1["serial_s_per_token"] / bw)
         out.pd_rates = {k: {"kv_gbs": v["kv_gbs"] * bw, "serial_s_per_token": v["serial_s_per_token"] / bw}
                         for k, v in self.pd_rates.items()}
         out.graph_s = {b: t * roof(b, gpu) / roof(b, measured_on) for b, t in self.graph_s.items()}

@@ -1,0 +1,52 @@
+"""core.metrics: vLLM's definitions, checked on records small enough to compute by hand."""
+import math
+
+import pytest
+
+from core.metrics import compute_metrics, parse_goodput
+from core.records import RequestRecord
+
+
+def served(rid, arrival, times, prompt=10):
+    r = RequestRecord(rid, arrival, prompt, len(times))
+    r.set_token_times(times)
+    return r
+
+
+def test_latencies_and_throughput_by_hand():
+    a = served("a", 0.0, [0.1, 0.2, 0.4])        # TTFT 0.1, TPOT 0.15, E2EL 0.4, ITLs 0.1 0.2
+    b = served("b", 0.5, [0.8, 0.9])             # TTFT 0.3, TPOT 0.1, E2EL 0.4, ITL 0.1
+    m = compute_metrics([a, b])
+    assert m.ttft.mean == pytest.approx(0.2)
+    assert m.tpot.mean == pytest.approx(0.125)
+    assert m.e2el.median == pytest.approx(0.4)
+    assert m.itl.mean == pytest.approx(0.4 / 3)
+    assert m.duration_s == pytest.approx(0.9)    # first arrival 0.0 to last response 0.9
+    assert m.request_throughput == pytest.approx(2 / 0.9)
+    assert m.output_throughput == pytest.approx(5 / 0.9)
+    assert m.total_token_throughput == pytest.approx(25 / 0.9)
+
+
+def test_duration_runs_to_the_last_response_rejections_included():
+    """vLLM's benchmark duration ends at the last response, a failed request's included: a
+    request refused after the last completion lengthens the run."""
+    a = served("a", 0.0, [0.1, 0.2])
+    late = RequestRecord("late", 2.0, 10**6, 5, rejected="prompt longer than max_model_len")
+    m = compute_metrics([a, late])
+    assert m.duration_s == pytest.approx(2.0)
+    assert m.completed == 1 and m.rejected == 1
+    assert m.request_throughput == pytest.approx(0.5)
+
+
+def test_only_rejections_give_zero_throughput_over_their_span():
+    m = compute_metrics([RequestRecord("x", 1.0, 10, 5, rejected="too long"),
+                         RequestRecord("y", 3.0, 10, 5, rejected="too long")])
+    assert m.duration_s == pytest.approx(2.0) and m.request_throughput == 0.0
+    assert math.isnan(m.ttft.mean)
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    a = served("a", 0.0, [0.1, 0.2, 0.4])        # TTFT 100 ms, TPOT 150 ms
+    b = served("b", 0.5, [0.8, 0.9])             # TTFT 300 ms, TPOT 100 ms
+    slos = parse_goodput(["ttft:200", "tpot:200"])  # seconds
+    assert compute_metrics([a, b], slos).goodput == pytest.approx(1 / 0.9)
