@@ -10,6 +10,7 @@ from core.config import get_preset
 from core.roofline import get_gpu
 from core.routers import LeastKVLoad, LeastOutstanding, PowerOfTwo, RoundRobin
 from sim.cost import CalibratedCost, ConstantCost, RooflineCost
+from test_sim_cost import calibration
 from core.kv import BlockPool, PrefixBlockPool, blocks_for
 from core.scheduler import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching, by_priority
 from sim.replica import SwapLink
@@ -19,15 +20,11 @@ from traces.trace import Trace
 
 MODEL = get_preset("qwen2.5-1.5b")
 ROOFLINE = RooflineCost(MODEL, get_gpu("h200"))
-# a calibrated model whose padded graph buckets and compute-bound matmuls take over in big batches
-_REGIME = {"launch_s": 2e-4, "weight_gbs": 1800.0, "matmul_tflops": 200.0, "kv_gbs": 2500.0,
-           "attention_tflops": 300.0, "per_seq_s": 3e-6}
-CALIBRATED = CalibratedCost({
-    "model": "qwen2.5-1.5b", "graph_buckets": [1, 2, 4, 8, 16, 24, 32, 64],
-    "constants": {"weight_bytes": MODEL.weight_bytes_read_per_pass(), "flops_per_token": MODEL.flops_per_token(0),
-                  "kv_bytes_per_token": MODEL.kv_bytes_per_token(),
-                  "attention_flops_per_pair": MODEL.flops_per_token(1) - MODEL.flops_per_token(0)},
-    "parameters": {"decode1": _REGIME, "decode": _REGIME, "prefill": dict(_REGIME, launch_s=1e-3)}})
+# a calibrated model whose padded graph buckets, regime changes and decode-attention slicing
+# (short slices, so the critical path changes often) cut decode runs into many lines
+CALIBRATED = CalibratedCost(calibration(
+    graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64],
+    decode_attention={"kv_heads": 2, "fills_gpu": 16, "block_n": 16, "small": [8, 32], "big": [4, 128]}))
 
 
 def random_trace(seed: int, n: int = 120, rate: float = 40.0, hashes: bool = False) -> Trace:
