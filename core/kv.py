@@ -103,9 +103,11 @@ class BlockPool:
     def allocate(self, seq: "Sequence", tokens: int, hit: int = 0) -> bool:
         """Grow `seq`'s table to hold `tokens` tokens; False (and no change) if they don't fit."""
         table = seq.block_table
-        if tokens <= len(table) * self.block_size:
+        bs = self.block_size
+        have = len(table)
+        if tokens <= have * bs:
             return True  # the common case: its last block has room
-        need = blocks_for(tokens, self.block_size) - len(table)
+        need = (tokens + bs - 1) // bs - have
         free = self.free_ids
         if need == 1 and free:
             table.append(free.pop())

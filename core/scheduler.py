@@ -311,8 +311,10 @@ class Scheduler:
 
     def _decode_running(self) -> ScheduledPass | None:
         """One decode token for every running sequence, preempting as blocks run out."""
-        allocate, queue = self.kv.allocate, self.running
+        allocate, queue, bs = self.kv.allocate, self.running, self.kv.block_size
         for seq in queue:  # the common case: everyone gets its block
+            if seq.num_computed < len(seq.block_table) * bs:
+                continue  # its last block has room for the token (allocate's first check, without the call)
             if not allocate(seq, seq.num_computed + 1):
                 break
         else:

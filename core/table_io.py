@@ -8,13 +8,14 @@ text in memory; each file is written beside its name and renamed into place when
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import gzip
 import json
 from json.encoder import encode_basestring_ascii as json_string
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable
 
 import numpy as np
 
@@ -25,9 +26,11 @@ BLOCK_ROWS = 65_536
 COLUMNS = [f.name for f in dataclasses.fields(RequestRecord)]
 PARQUET_EXTRA = "pip install 'llm-serving-sim[parquet]' (or pip install pyarrow)"
 
-_JSON_ROW = ('{"request_id": %s, "arrival_s": %r, "prompt_tokens": %d, "max_output_tokens": %d, '
-             '"output_tokens": %d, "first_token_s": %s, "finish_s": %s, "token_times_s": %s, "itl_sum_s": %r, '
-             '"itl_count": %d, "preemptions": %d, "rejected": %s, "replica": %d, "run_id": %s}\n')
+_JSON_ROW = ('{"request_id": %s, "arrival_s": %s, "prompt_tokens": %s, "max_output_tokens": %s, '
+             '"output_tokens": %s, "first_token_s": %s, "finish_s": %s, "token_times_s": %s, "itl_sum_s": %s, '
+             '"itl_count": %s, "preemptions": %s, "rejected": %s, "replica": %s, "run_id": %s}\n')
+_NUMBERS = ("arrival_s", "prompt_tokens", "max_output_tokens", "output_tokens", "first_token_s", "finish_s",
+            "itl_sum_s", "itl_count", "preemptions", "replica")
 
 
 def pyarrow_or_error():
@@ -55,9 +58,14 @@ def _blocks(table: RequestTable):
         yield lo, min(lo + BLOCK_ROWS, len(table))
 
 
-def _times_or(column: np.ndarray, none: str) -> list:
-    """Floats as Python floats (written with repr), NaN as `none`."""
-    return [none if x != x else x for x in column.tolist()]
+def _numbers(table: RequestTable, lo: int, hi: int) -> dict[str, list[str]]:
+    """Rows lo..hi (lo < hi) of the number columns as text: Python's repr of each value, as
+    json and csv write them ("nan" for a time that is None)."""
+    return {name: repr(getattr(table, name)[lo:hi].tolist())[1:-1].split(", ") for name in _NUMBERS}
+
+
+def _none_as(column: list[str], none: str) -> list[str]:
+    return [none if x == "nan" else x for x in column]
 
 
 def _token_times(table: RequestTable, lo: int, hi: int, fmt: Callable[[list[float]], str]) -> list[str]:
@@ -67,60 +75,74 @@ def _token_times(table: RequestTable, lo: int, hi: int, fmt: Callable[[list[floa
     return [fmt(values[o[i]:o[i + 1]].tolist()) for i in range(lo, hi)]
 
 
-def write_table_jsonl(table: RequestTable, path: str | Path) -> None:
-    """The table as request records in JSONL, as `core.records.write_jsonl` writes them."""
-    path = Path(path)
-
-    def write(tmp: Path) -> None:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(tmp, "wt", encoding="utf-8") as f:
-            for lo, hi in _blocks(table):
-                f.write("".join(_JSON_ROW % row for row in zip(*_json_columns(table, lo, hi))))
-
-    _replace_when_done(path, write)
-
-
-def _json_columns(table: RequestTable, lo: int, hi: int) -> list:
-    if table.request_id is None:
-        ids = [f'"{i}"' for i in range(lo, hi)]
-    else:
-        ids = [json_string(x) for x in table.request_id[lo:hi]]
-    rejected = ["null"] * (hi - lo)
+def _rejected(table: RequestTable, lo: int, hi: int, none, fmt: Callable[[str], str]) -> list:
+    column = [none] * (hi - lo)
     for row, reason in table.rejected.items():
         if lo <= row < hi:
-            rejected[row - lo] = json_string(reason)
-    run_ids = [json_string(table.run_id)] * (hi - lo) if isinstance(table.run_id, str) else \
-        [json_string(x) for x in table.run_id[lo:hi]]
-    return [ids, table.arrival_s[lo:hi].tolist(), table.prompt_tokens[lo:hi].tolist(),
-            table.max_output_tokens[lo:hi].tolist(), table.output_tokens[lo:hi].tolist(),
-            _times_or(table.first_token_s[lo:hi], "null"), _times_or(table.finish_s[lo:hi], "null"),
-            _token_times(table, lo, hi, lambda t: "[" + ", ".join(map(repr, t)) + "]"),
-            table.itl_sum_s[lo:hi].tolist(), table.itl_count[lo:hi].tolist(), table.preemptions[lo:hi].tolist(),
-            rejected, table.replica[lo:hi].tolist(), run_ids]
+            column[row - lo] = fmt(reason)
+    return column
+
+
+def _json_lines(table: RequestTable, lo: int, hi: int, numbers: dict[str, list[str]]) -> str:
+    ids = [f'"{i}"' for i in range(lo, hi)] if table.request_id is None else \
+        [json_string(x) for x in table.request_id[lo:hi]]
+    run_ids = [json_string(x) for x in table.run_ids(lo, hi)] if not isinstance(table.run_id, str) else \
+        [json_string(table.run_id)] * (hi - lo)
+    n = numbers
+    return "".join(_JSON_ROW % row for row in zip(
+        ids, n["arrival_s"], n["prompt_tokens"], n["max_output_tokens"], n["output_tokens"],
+        _none_as(n["first_token_s"], "null"), _none_as(n["finish_s"], "null"),
+        _token_times(table, lo, hi, lambda t: "[" + ", ".join(map(repr, t)) + "]"), n["itl_sum_s"],
+        n["itl_count"], n["preemptions"], _rejected(table, lo, hi, "null", json_string), n["replica"], run_ids))
+
+
+def _csv_rows(table: RequestTable, lo: int, hi: int, numbers: dict[str, list[str]]):
+    n = numbers
+    return zip(table.ids(lo, hi), n["arrival_s"], n["prompt_tokens"], n["max_output_tokens"], n["output_tokens"],
+               _none_as(n["first_token_s"], ""), _none_as(n["finish_s"], ""),
+               _token_times(table, lo, hi, lambda t: " ".join(map(repr, t))), n["itl_sum_s"], n["itl_count"],
+               n["preemptions"], _rejected(table, lo, hi, "", str), n["replica"], table.run_ids(lo, hi))
+
+
+def write_table_text(table: RequestTable, jsonl: str | Path | None = None, csv_path: str | Path | None = None) -> None:
+    """The table as request records in JSONL (as `core.records.write_jsonl` writes them) and/or
+    CSV (as `core.records.records_to_csv` does), both from one formatting of the numbers."""
+    paths = [Path(p) for p in (jsonl, csv_path) if p is not None]
+    tmps = [p.with_name(f".{p.name}.partial") for p in paths]
+    try:
+        files = []
+        for p, tmp in zip(paths, tmps):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            opener = gzip.open if p.suffix == ".gz" else open
+            files.append(opener(tmp, "wt", encoding="utf-8", newline="" if p.suffix == ".csv" else None))
+        with contextlib.ExitStack() as stack:
+            for f in files:
+                stack.enter_context(f)
+            json_file = files[0] if jsonl is not None else None
+            csv_writer = csv.writer(files[-1]) if csv_path is not None else None
+            if csv_writer is not None and len(table):
+                csv_writer.writerow(COLUMNS)
+            for lo, hi in _blocks(table):
+                numbers = _numbers(table, lo, hi)
+                if json_file is not None:
+                    json_file.write(_json_lines(table, lo, hi, numbers))
+                if csv_writer is not None:
+                    csv_writer.writerows(_csv_rows(table, lo, hi, numbers))
+        for p, tmp in zip(paths, tmps):
+            tmp.replace(p)
+    finally:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+
+
+def write_table_jsonl(table: RequestTable, path: str | Path) -> None:
+    """The table as request records in JSONL, as `core.records.write_jsonl` writes them."""
+    write_table_text(table, jsonl=path)
 
 
 def write_table_csv(table: RequestTable, path: str | Path) -> None:
     """The table as request records in CSV, as `core.records.records_to_csv` writes them."""
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            if not len(table):
-                return
-            w = csv.writer(f)
-            w.writerow(COLUMNS)
-            for lo, hi in _blocks(table):
-                rejected = [""] * (hi - lo)
-                for row, reason in table.rejected.items():
-                    if lo <= row < hi:
-                        rejected[row - lo] = reason
-                w.writerows(zip(table.ids(lo, hi), table.arrival_s[lo:hi].tolist(), table.prompt_tokens[lo:hi].tolist(),
-                                table.max_output_tokens[lo:hi].tolist(), table.output_tokens[lo:hi].tolist(),
-                                _times_or(table.first_token_s[lo:hi], ""), _times_or(table.finish_s[lo:hi], ""),
-                                _token_times(table, lo, hi, lambda t: " ".join(map(repr, t))),
-                                table.itl_sum_s[lo:hi].tolist(), table.itl_count[lo:hi].tolist(),
-                                table.preemptions[lo:hi].tolist(), rejected, table.replica[lo:hi].tolist(),
-                                table.run_ids(lo, hi)))
-
-    _replace_when_done(Path(path), write)
+    write_table_text(table, csv_path=path)
 
 
 def write_table_parquet(table: RequestTable, path: str | Path) -> None:
@@ -142,10 +164,7 @@ def write_table_parquet(table: RequestTable, path: str | Path) -> None:
                 else:
                     o = table.token_offsets[lo:hi + 1]
                     offsets, values = o - o[0], table.token_times_s[o[0]:o[-1]]
-                rejected = [None] * (hi - lo)
-                for row, reason in table.rejected.items():
-                    if lo <= row < hi:
-                        rejected[row - lo] = reason
+                rejected = _rejected(table, lo, hi, None, str)
                 first, finish = table.first_token_s[lo:hi], table.finish_s[lo:hi]
                 w.write_batch(pa.record_batch([
                     pa.array(table.ids(lo, hi), pa.string()), table.arrival_s[lo:hi], table.prompt_tokens[lo:hi],

@@ -144,13 +144,21 @@ def count_trace_file(path: str, fmt: str | None = None) -> int:
     return count_trace(resolve_trace(path), fmt=fmt)
 
 
+STREAM_ABOVE_BYTES = 64 << 20  # trace files larger than this stream through a run; smaller ones are loaded once
+
+
 def check_trace(spec: RunSpec) -> tuple[RunSpec, int]:
     """Check every row of the spec's trace before any work, and say how many requests the run
-    replays: (the spec set to stream its trace, the count). A public file out of time order must
-    be sorted, so it is loaded whole instead (the spec returned as it was)."""
-    try:
-        n, spec = count_trace_file(spec.trace, spec.trace_format), spec.with_(stream=True)
-    except NeedsSorting:
+    replays: (the spec, the count). A file larger than STREAM_ABOVE_BYTES is read a chunk at a
+    time here and again during the run (the spec returned is set to stream); a smaller one, or a
+    public file out of time order (it must be sorted), is loaded whole, once."""
+    n, path = None, resolve_trace(spec.trace)
+    if path.is_file() and path.stat().st_size > STREAM_ABOVE_BYTES:
+        try:
+            n, spec = count_trace_file(spec.trace, spec.trace_format), spec.with_(stream=True)
+        except NeedsSorting:
+            pass
+    if n is None:
         n = len(load_trace_file(spec.trace, spec.trace_format))
     return spec, min(n, spec.limit or n)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core.request_table import RequestTable
-from core.table_io import WRITERS, pyarrow_or_error, read_table
+from core.table_io import WRITERS, pyarrow_or_error, read_table, write_table_parquet, write_table_text
 
 FORMATS = tuple(WRITERS)  # jsonl, csv, parquet
 DEFAULT_FORMATS = "jsonl,csv"
@@ -75,9 +75,13 @@ def parse_formats(text: str) -> list[str]:
 
 
 def write_requests(out: Path, table: RequestTable, formats: list[str]) -> None:
-    """A run's request records as out/requests.<format> for each format."""
-    for fmt in formats:
-        WRITERS[fmt](table, out / f"requests.{fmt}")
+    """A run's request records as out/requests.<format> for each format (JSONL and CSV from one
+    formatting of the numbers)."""
+    if "jsonl" in formats or "csv" in formats:
+        write_table_text(table, out / "requests.jsonl" if "jsonl" in formats else None,
+                         out / "requests.csv" if "csv" in formats else None)
+    if "parquet" in formats:
+        write_table_parquet(table, out / "requests.parquet")
 
 
 def read_requests(path: str | Path) -> RequestTable:

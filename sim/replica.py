@@ -168,23 +168,25 @@ class Replica:
 
     def loop(self):
         env, scheduler = self.env, self.scheduler
+        peek, schedule, fast_forward = env.peek, scheduler.schedule, self.fast_forward
         while True:
-            if env.peek() - env.now <= TIE_S:  # let what happens at this very instant (an arrival) happen first
-                yield env.timeout(env.peek() - env.now)
+            now = env.now
+            if peek() - now <= TIE_S:  # let what happens at this very instant (an arrival) happen first
+                yield env.timeout(peek() - now)
+                now = env.now
             if self.deferred:
                 self.release_deferred(self.last_start)
-            plan = scheduler.schedule(env.now)
+            plan = schedule(now)
             if plan is None and self.deferred:  # with nothing else to run, the engine plans again at once
-                self.release_deferred(env.now)
-                plan = scheduler.schedule(env.now)
+                self.release_deferred(now)
+                plan = schedule(now)
             if plan is None:
                 self.busy = False
                 yield from self.idle(scheduler.next_wakeup)
                 continue
             self.busy = True
             # (requests deferred now are seen at the end of the next pass: that pass goes alone)
-            run = self.decode_run(plan) if self.fast_forward and not self.deferred and is_steady(scheduler, plan) \
-                else None
+            run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) else None
             if run is None:
                 yield from self.one_pass(plan)
             else:
@@ -255,7 +257,7 @@ class Replica:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
-        self.last_start = start + run_time(a, b, k - 1)
+        self.last_start = start + (a * (k - 1) + b * ((k - 1) * (k - 2) // 2))  # run_time(a, b, k - 1)
         self.num_steps += 1
         times = None
         if self.pass_log is not None or plan.seqs[0].token_times is not None:
@@ -269,7 +271,9 @@ class Replica:
                     context_lens=[c + j for c in plan.context_lens], start_s=start + run_time(a, b, j),
                     duration_s=a + b * j, replica=self.index))
         self.num_passes += k
-        self.leave(apply_passes(self.scheduler, plan, k, start + a, env.now, times))
+        left = apply_passes(self.scheduler, plan, k, start + a, env.now, times)
+        if left:
+            self.leave(left)
 
     def leave(self, seqs: list[Sequence]) -> None:
         if seqs and self.on_leave is not None:

@@ -141,3 +141,24 @@ def test_a_saved_trace_streams_back(tmp_path):
     trace = load_trace(project_file(tmp_path, ids=True))
     path = save_trace(trace, tmp_path / "again.csv")
     same_trace(concat(list(iter_trace(path, chunk_rows=33)), "x"), trace)
+
+
+def test_sim_run_streams_a_large_file_to_the_same_records_and_checks_it_first(tmp_path, monkeypatch, capsys):
+    from sim import build
+    from sim.__main__ import main
+    from traces import csvfile
+    path = project_file(tmp_path, ids=True)
+    assert main(["run", "--trace", str(path), "--rate-scale", "2", "--out", str(tmp_path / "whole")]) == 0
+    monkeypatch.setattr(build, "STREAM_ABOVE_BYTES", 0)  # every file streams
+    monkeypatch.setattr(csvfile, "CHUNK_ROWS", 64)
+    streamed = build.check_trace(build.RunSpec(trace=str(path)))
+    assert streamed[0].stream and streamed[1] == 1000
+    assert main(["run", "--trace", str(path), "--rate-scale", "2", "--out", str(tmp_path / "streamed")]) == 0
+    for name in ("requests.jsonl", "requests.csv"):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "streamed" / name).read_bytes()
+    capsys.readouterr()
+    bad = project_file(tmp_path, bad=(930, "99.5,5,-3"), name="bad.csv")
+    assert main(["run", "--trace", str(bad), "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "line 932: output_tokens is negative" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "bad").exists()

@@ -7,12 +7,8 @@ never committed to this repository. Licenses and citations are in traces/README.
 from __future__ import annotations
 
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
-from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
@@ -90,6 +86,11 @@ def download(name: str, dest_dir: str | Path = DEFAULT_DEST, use_local: bool = T
         local = find_local(name, (SHARED_TRACES, Path(dest_dir)))
         if local is not None:
             return local
+    import urllib.error  # here, not at the top: every replay imports this module, few download
+    import urllib.request
+
+    from tqdm import tqdm
+
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     try:
