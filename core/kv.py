@@ -109,8 +109,12 @@ class BlockPool:
             return True  # the common case: its last block has room
         need = (tokens + bs - 1) // bs - have
         free = self.free_ids
-        if need == 1 and free:
-            table.append(free.pop())
+        if need <= len(free):  # given-back ids: the last given back first
+            if need == 1:
+                table.append(free.pop())
+            else:
+                table += free[:-need - 1:-1]
+                del free[-need:]
         elif need > len(free) + self.unused:
             return False
         else:
