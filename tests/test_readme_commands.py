@@ -34,6 +34,7 @@ NOT_HERE = [
     (r"benchmarks/profile_decode.py", "needs a GPU"),
     (r"^\$ ", "shown with its output, run in its own block"),
     (r"^cd ", "changes directory"),
+    (r"--modal", "needs a Modal account"),
 ]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
