@@ -33,7 +33,7 @@ def steady_passes(scheduler: Scheduler, plan: ScheduledPass) -> int:
     """How many passes, this one included, would repeat a steady plan before a sequence
     finishes or the cache runs short, barring arrivals."""
     seqs = plan.seqs
-    k = min(s.max_output_tokens - s.num_tokens + s.prompt_tokens for s in seqs)
+    k = min([s.max_output_tokens - s.num_tokens + s.prompt_tokens for s in seqs])
     if k <= 1 or scheduler.prefill_only:
         return 1
     kv = scheduler.kv
@@ -68,7 +68,7 @@ def apply_passes(scheduler: Scheduler, plan: ScheduledPass, k: int, first_end_s:
     if isinstance(scheduler, DecodePriority):
         scheduler.decodes_since_prefill += k - 1
     more = k
-    if scheduler.kv.prefix_caching or any(s.first_token_s is None for s in plan.seqs):
+    if scheduler.kv.prefix_caching or None in [s.first_token_s for s in plan.seqs]:
         # The first pass may end a prompt (its first token, its prefix blocks): step it.
         left = scheduler.on_pass_done(plan, first_end_s)
         if k == 1 or left:

@@ -233,11 +233,15 @@ class Replica:
 
     def decode_run(self, plan: ScheduledPass) -> tuple[int, float, float] | None:
         """(k, a, b): this steady plan repeats k > 1 times, pass j taking a + b*j; else None."""
+        k = steady_passes(self.scheduler, plan)
+        if k <= 1:
+            return None
         line = self.cost.decode_line(len(plan.seqs), sum(plan.context_lens), max(plan.context_lens))
         if line is None:
             return None
         a, b, valid = line
-        k = min(steady_passes(self.scheduler, plan), valid)
+        if valid < k:
+            k = valid
         return (k, a, b) if k > 1 else None
 
     def decode_passes(self, plan: ScheduledPass, k: int, a: float, b: float):
