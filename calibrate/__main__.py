@@ -11,6 +11,7 @@ residual charts beside the sweep.
 """
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.cli import ArgumentParser
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
 from core.config import get_preset
 from core.roofline import get_gpu
 from core.runstore import RunStore
@@ -33,13 +34,16 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--model", default=None, help="preset or checkpoint (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="auto")
-    p.add_argument("--max-batch", type=int, default=None, help="largest decode batch (default 512; CPU 8)")
-    p.add_argument("--max-context", type=int, default=None, help="longest context (default 16384; CPU 256)")
-    p.add_argument("--repeats", type=int, default=3, help="timed passes per shape, after one warm-up (default 3)")
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-batch", type=number(int, low=1), default=None,
+                   help="largest decode batch (default 512; CPU 8)")
+    p.add_argument("--max-context", type=number(int, low=16), default=None,
+                   help="longest context (default 16384; CPU 256)")
+    p.add_argument("--repeats", type=number(int, low=1), default=3,
+                   help="timed passes per shape, after one warm-up (default 3)")
+    p.add_argument("--block-size", type=number(int, low=1), default=16)
     p.add_argument("--kernels", choices=("triton", "eager"), default=None)
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0)
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
@@ -62,6 +66,8 @@ def sweep_main(argv: list[str]) -> int:
         if args.repeats < 1 or max_batch < 1 or max_context < 16:
             raise ValueError("--repeats and --max-batch must be >= 1, --max-context >= 16")
         source = args.model or ("qwen2.5-1.5b" if gpu else "tiny")
+        out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
+        check_writable_dir(out)
         model, weights = load_model(source, dtype, device, seed=args.seed)
         shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000, seed=args.seed)
         blocks = max(blocks_needed(s, args.block_size) for s in shapes)
@@ -70,7 +76,6 @@ def sweep_main(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     run_id = f"sweep-{stamp}"
@@ -103,7 +108,8 @@ def fit_main(argv: list[str]) -> int:
     p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
     p.add_argument("--results", default=str(REPO / "results"), help="where the sweep and the open runs are")
     p.add_argument("--sweep", default="latest", help="the sweep's run id (default: the latest under RESULTS)")
-    p.add_argument("--name", default=None, help="the calibration's name (default: the GPU's, e.g. h200)")
+    p.add_argument("--name", type=calibration_name, default=None,
+                   help="the calibration's name (default: the GPU's, e.g. h200)")
     p.add_argument("--model", default=None, help="refuse a sweep of another model than this one")
     p.add_argument("--gpu", default=None, help="refuse a sweep on another GPU than this preset (e.g. h200)")
     p.add_argument("--no-charts", action="store_true", help="skip the residual charts")
@@ -114,6 +120,7 @@ def fit_main(argv: list[str]) -> int:
         sweeps = [r for r in store.rows() if r.get("kind") == "sweep"]
         if not sweeps:
             raise ValueError(f"no sweep under {store.root}: run `python -m calibrate sweep` on a GPU first")
+        check_writable_dir(store.root, "--results")  # the calibration is written beside its sweep
         row = sweeps[-1] if args.sweep == "latest" else next((r for r in sweeps if r["run_id"] == args.sweep), None)
         if row is None:
             raise ValueError(f"--sweep {args.sweep!r}: no such sweep under {store.root}")
@@ -172,6 +179,13 @@ def fit_main(argv: list[str]) -> int:
             print(f"chart: {path}")
     print(f"written {out}")
     return 0
+
+
+def calibration_name(text: str) -> str:
+    """`--name`: NAME.json is written beside the sweep, so a plain file name (no path separators)."""
+    if not text or "/" in text or "\\" in text or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"a calibration's name is a plain file name, got {text!r}")
+    return text
 
 
 def engine_slicing() -> dict:

@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+SEED_MAX = 2**63 - 1  # the largest seed torch and numpy both take
 
 
 class UsageError(ValueError):
@@ -14,3 +20,42 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def number(kind=float, *, low: float | None = None, above: float | None = None, high: float | None = None):
+    """An argparse type: a finite `kind` number, >= low, > above, <= high; argparse names the
+    option in its error (`argument --block-size: must be at least 1, got 0`)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a{' whole' if kind is int else ''} number, got {text!r}") \
+                from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
+        if above is not None and not value > above:
+            raise argparse.ArgumentTypeError(f"must be more than {above:g}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
+        return value
+    return parse
+
+
+def check_writable_dir(path: str | Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output directory that is a file, lies under one, or is in a
+    place this process cannot write (tried with a scratch directory, not read off permission
+    bits, which root passes)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: exists and is not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check.", dir=parent))
+    except OSError as e:
+        raise ValueError(f"{option} {path}: cannot write in {parent} ({e.strerror})") from None

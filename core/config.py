@@ -113,7 +113,7 @@ class ModelConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        if not path.exists():
+        if not path.is_file():
             raise FileNotFoundError(f"no config.json at {path}")
         return replace(cls.from_dict(json.loads(path.read_text())), name=path.parent.name)
 

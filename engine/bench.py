@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from core.cli import ArgumentParser
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
 from core.metrics import compute_metrics
 from core.roofline import GIB, GPUS, get_gpu, roofline
 from core.runstore import RunStore
 from engine.engines import ENGINES, Generation, check_fits, generate
 from engine.prompts import PROMPT_LENGTHS, parse_prompts, prompt_ids
-from engine.provenance import provenance, resolve_device
+from engine.provenance import device_memory, provenance, resolve_device
 from engine.weights import load_model, parse_dtype
 
 BENCH_ENGINES = ENGINES + ("continuous", "hf")
@@ -193,7 +193,8 @@ def build_parser() -> ArgumentParser:
                                                       "default: h200 on an H200, a10 on other GPUs")
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
                    help="replay decode passes as CUDA graphs (auto: on when on a GPU)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0,
+                   help="seed of the random weights (default 0)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ "
                                                "on a CPU)")
     return p
@@ -222,14 +223,29 @@ def configure(args) -> tuple:
     return device, parse_dtype(args.dtype), prompts, sizes
 
 
+def check_memory(model, batch: int, tokens: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse a batch whose KV cache and last-position logits alone exceed the device's whole
+    memory (a batch that fits the whole memory but not what is free is measured, and recorded as
+    out of memory on a GPU)."""
+    need = batch * (tokens * model.config.kv_bytes_per_token(torch.finfo(dtype).bits // 8)
+                    + model.config.vocab_size * 4)
+    total = device_memory(device)
+    if need > total:
+        raise ValueError(f"--batch-size {batch}: its KV cache and logits alone need {need / GIB:,.1f} GiB, more than "
+                         f"the {total / GIB:,.1f} GiB this {device.type} has")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         device, dtype, prompts, sizes = configure(args)
         source = args.model or ("qwen2.5-1.5b" if device.type == "cuda" else "tiny")
+        out_dir = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
+        check_writable_dir(out_dir)
         model, weights = load_model(source, dtype, device, seed=args.seed)
         for prompt in prompts:  # fail before measuring anything, not halfway through
             check_fits(model, [PROMPT_LENGTHS[prompt]], args.new_tokens)
+        check_memory(model, max(sizes), max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens, dtype, device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -254,7 +270,6 @@ def main(argv: list[str] | None = None) -> int:
     if use_graphs:
         from engine.cuda_graphs import GraphDecoder
         factory = GraphDecoder
-    out_dir = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"  # to the millisecond
     setup = Setup(model, args.new_tokens, args.warmup, args.runs, meta, weight_bytes, out_dir, stamp, factory,
                   "graph" if use_graphs else "eager")

@@ -45,6 +45,13 @@ def provenance(device: torch.device) -> dict:
     }
 
 
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory the device has in all (a GPU's, or the host's for the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def resolve_device(name: str = "auto") -> torch.device:
     """`auto` (a GPU when torch sees one), `cpu`, `cuda` or `cuda:N`; anything else is an error
     naming --device."""

@@ -15,8 +15,10 @@ where it ran. An interrupted run keeps what it wrote and its row says `interrupt
 """
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import itertools
+import math
 import statistics
 import sys
 import time
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from core.cli import ArgumentParser
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
 from core.config import ModelConfig, get_preset
 from core.kv import BlockPool
 from core.metrics import compute_metrics, parse_goodput
@@ -37,13 +39,13 @@ from core.scheduler import ORDERS, POLICIES, make_scheduler
 from engine.continuous import ModelRunner, Request, serve
 from engine.paged import PagedKVCache
 from engine.prompts import _source_ids
-from engine.provenance import provenance, resolve_device
+from engine.provenance import device_memory, provenance, resolve_device
 from engine.weights import load_model, parse_dtype
 from traces.download import resolve_trace
 from traces.generate import SEED_PROMPTS, fixed_prompts
 from traces.io import load_trace
 from traces.tools import shape_arrivals, window
-from traces.trace import Trace
+from traces.trace import MAX_ARRIVAL_S, Trace
 
 REPO = Path(__file__).resolve().parent.parent
 ACTIVATION_RESERVE_GIB = 8.0  # left free beside the KV cache: activations, graphs, cuBLAS workspace
@@ -72,37 +74,49 @@ def listed(kind):
     return parse
 
 
+def run_name(text: str) -> str:
+    """`--name`: the start of every run id, so also a directory name: no path separators."""
+    if not text or "/" in text or "\\" in text or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"a run name is a plain name (it names a directory), got {text!r}")
+    return text
+
+
+COUNT, TOKENS = number(int, low=1), number(int, low=1)
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m engine serve-trace", description=__doc__.split("\n\n")[0])
     w = p.add_argument_group("workload (one of --rates and --trace)")
     w.add_argument("--rates", type=listed(float), default=None,
                    help="the seed's open workload at each of these rates (req/s), one run each, e.g. 1,3,5,7")
-    w.add_argument("--requests", type=int, default=None, help="seed workload: requests per rate (default 60)")
-    w.add_argument("--duration", type=float, default=None, help="seed workload: or seconds of arrivals per rate")
-    w.add_argument("--output-tokens", type=int, default=256, help="seed workload: tokens per request (256)")
+    w.add_argument("--requests", type=COUNT, default=None, help="seed workload: requests per rate (default 60)")
+    w.add_argument("--duration", type=number(above=0, high=MAX_ARRIVAL_S), default=None,
+                   help="seed workload: or seconds of arrivals per rate")
+    w.add_argument("--output-tokens", type=TOKENS, default=256, help="seed workload: tokens per request (256)")
     w.add_argument("--trace", default=None, help="a trace file, or a public trace's name (azure-conv-2023)")
     w.add_argument("--window", default=None, metavar="START:END", help="trace: only [START, END) seconds")
     w.add_argument("--rate-scale", type=listed(float), default=[1.0],
                    help="trace: replay this many times faster; a list makes one run each")
-    w.add_argument("--limit", type=int, default=None, help="only the first N requests")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--limit", type=COUNT, default=None, help="only the first N requests")
+    w.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0)
     w.add_argument("--replay", choices=("realtime", "closed"), default="realtime",
                    help="realtime: requests join at their arrival times; closed: all at t = 0")
     s = p.add_argument_group("scheduler")
     s.add_argument("--policy", type=listed(str), default=["continuous"],
                    help=f"{' | '.join(POLICIES)}; a list makes one run each (default continuous)")
     s.add_argument("--order", default="fcfs", choices=list(ORDERS))
-    s.add_argument("--max-num-seqs", type=int, default=256)
-    s.add_argument("--max-num-batched-tokens", type=int, default=None,
+    s.add_argument("--max-num-seqs", type=COUNT, default=256)
+    s.add_argument("--max-num-batched-tokens", type=TOKENS, default=None,
                    help="token budget per pass (default: the policy's)")
-    s.add_argument("--max-model-len", type=int, default=None, help="default: the model's context")
-    s.add_argument("--block-size", type=int, default=16)
-    s.add_argument("--kv-gib", type=float, default=None,
+    s.add_argument("--max-model-len", type=number(int, low=2), default=None, help="default: the model's context")
+    s.add_argument("--block-size", type=TOKENS, default=16)
+    s.add_argument("--kv-gib", type=number(above=0), default=None,
                    help=f"memory for the KV cache (default: what is free after loading, less {ACTIVATION_RESERVE_GIB:g} GiB)")
-    s.add_argument("--kv-blocks", type=int, default=None, help="or the KV cache size in blocks")
+    s.add_argument("--kv-blocks", type=COUNT, default=None, help="or the KV cache size in blocks")
     s.add_argument("--preemption", default="recompute", choices=("recompute", "swap"))
-    s.add_argument("--batch-size", type=int, default=8, help="static: requests per batch")
-    s.add_argument("--batch-timeout-s", type=float, default=0.5, help="static: longest wait for a full batch")
+    s.add_argument("--batch-size", type=COUNT, default=8, help="static: requests per batch")
+    s.add_argument("--batch-timeout-s", type=number(low=0, high=MAX_ARRIVAL_S), default=0.5,
+                   help="static: longest wait for a full batch")
     e = p.add_argument_group("engine")
     e.add_argument("--model", default=None, help="preset (random weights) or checkpoint directory "
                                                  "(default qwen2.5-1.5b on a GPU, tiny on the CPU)")
@@ -114,13 +128,13 @@ def build_parser() -> ArgumentParser:
                    help="decode passes as CUDA graphs at padded batch buckets (auto: on a GPU with triton)")
     e.add_argument("--overlap", choices=("on", "off"), default="on",
                    help="plan and launch the next pass while the GPU runs this one (default on)")
-    e.add_argument("--replicas", type=int, default=1,
+    e.add_argument("--replicas", type=COUNT, default=1,
                    help="engine replicas, one process and one GPU each, behind --router (default 1)")
     e.add_argument("--router", type=listed(str), default=["round-robin"],
                    help=f"how requests pick a replica: {' | '.join(ROUTERS)}; a list makes one run each")
     e.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
     e.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
-    e.add_argument("--name", default=None, help="a name for the runs (default: the workload's)")
+    e.add_argument("--name", type=run_name, default=None, help="a name for the runs (default: the workload's)")
     return p
 
 
@@ -135,7 +149,7 @@ def workloads(args, vocab: int, checkpoint: str | None) -> list[tuple[str, dict,
         for rate in args.rates:
             if not rate > 0:
                 raise ValueError(f"--rates: a rate must be positive, got {rate}")
-            n = None if args.duration is not None else (args.requests or 60)
+            n = None if args.duration is not None else (60 if args.requests is None else args.requests)
             trace = fixed_prompts(n, rate, SEED_PROMPTS, args.output_tokens, args.duration, args.seed)
             out.append((f"seed-r{rate:g}", {"workload": "seed", "rate": rate, "rate_scale": None, "window": None},
                         trace))
@@ -146,11 +160,18 @@ def workloads(args, vocab: int, checkpoint: str | None) -> list[tuple[str, dict,
             start, end = (float(v) for v in args.window.split(":"))
         except ValueError:
             raise ValueError(f"--window {args.window!r}: expected START:END in seconds") from None
+        if not (math.isfinite(start) and math.isfinite(end) and end > start):
+            raise ValueError(f"--window {args.window!r}: expected finite seconds START < END")
         trace = window(trace, start, end)
+        if not len(trace):
+            raise ValueError(f"--window {args.window!r}: no request of {args.trace} arrives in it")
     for scale in args.rate_scale:
         if not scale > 0:
             raise ValueError(f"--rate-scale: must be positive, got {scale}")
         shaped = shape_arrivals(trace, None, scale, args.limit, args.seed)
+        if shaped.arrival_s[-1] > MAX_ARRIVAL_S:
+            raise ValueError(f"--rate-scale {scale:g}: the arrivals would run to {shaped.arrival_s[-1]:.3g} s, past "
+                             f"the {MAX_ARRIVAL_S:g} s a trace may span")
         label = f"{Path(str(args.trace)).stem[:24]}{'-w' + args.window.replace(':', '-') if args.window else ''}-x{scale:g}"
         out.append((label, {"workload": str(args.trace), "rate": None, "rate_scale": scale, "window": args.window},
                     shaped))
@@ -168,6 +189,15 @@ def pool_blocks(args, model, dtype, device) -> int:
     else:
         nbytes = 1 * GIB
     return PagedKVCache.blocks_that_fit(model.config, nbytes, block_size, dtype)
+
+
+def check_cache_fits(config, num_blocks: int, block_size: int, dtype, device) -> None:
+    """Refuse a KV cache larger than the device's whole memory before trying to allocate it."""
+    need = num_blocks * block_size * config.kv_bytes_per_token(torch.finfo(dtype).bits // 8)
+    total = device_memory(device)
+    if need > total:
+        raise ValueError(f"--kv-gib / --kv-blocks: a KV cache of {num_blocks:,} blocks needs {need / GIB:,.1f} GiB, "
+                         f"more than the {total / GIB:,.1f} GiB this {device.type} has")
 
 
 def pass_stats(passes) -> dict:
@@ -212,13 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         for router in args.router:
             if router not in ROUTERS:
                 raise ValueError(f"--router: unknown router {router!r}; choose from {', '.join(ROUTERS)}")
-        if args.replicas < 1:
-            raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
+        if args.replicas > 1 and args.replay != "realtime":
+            raise ValueError("--replicas: several replicas replay a trace in real time only (not --replay closed)")
         if args.replicas > 1 and device.type == "cuda" and torch.cuda.device_count() < args.replicas:
             raise ValueError(f"--replicas {args.replicas}: one GPU a replica, and torch sees "
                              f"{torch.cuda.device_count()}")
         source = args.model or ("qwen2.5-1.5b" if device.type == "cuda" else "tiny")
         checkpoint = source if Path(source).is_dir() else None
+        out = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
+        check_writable_dir(out)
         if args.replicas == 1:
             model, weights = load_model(source, dtype, device, seed=args.seed)
             config = model.config
@@ -235,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             num_blocks = pool_blocks(args, model, dtype, device)
             if num_blocks < 1:
                 raise ValueError("--kv-gib / --kv-blocks: no room for a single KV block")
+            check_cache_fits(config, num_blocks, args.block_size, dtype, device)
             try:
                 cache = PagedKVCache(config, num_blocks, args.block_size, dtype, device)
             except torch.cuda.OutOfMemoryError:
@@ -251,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else REPO / ("results" if device.type == "cuda" else "out/results")
     store = RunStore(out / "continuous")
     meta = {"model": config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}

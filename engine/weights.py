@@ -145,7 +145,7 @@ def load_checkpoint(path: str | Path, dtype: torch.dtype | str = "float16",
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
-    if not (path / "config.json").exists():
+    if not (path / "config.json").is_file():
         raise CheckpointError(f"{path}: no config.json (a Hugging Face checkpoint directory holds config.json "
                               "and model.safetensors or its shards)")
     try:

@@ -68,13 +68,19 @@ def test_a_cpu_run_never_writes_into_the_committed_results(tmp_path, monkeypatch
     (["--graphs", "on"], "--graphs on: CUDA graphs need a CUDA device"),
     (["--dtype", "float8"], "unknown dtype 'float8'"),
     (["--runs", "x"], "argument --runs: invalid int value"),
+    (["--seed", "-1"], "argument --seed: must be at least 0"),
+    (["--seed", "99999999999999999999999"], "argument --seed: must be at most"),
+    (["--engine", "batched", "--batch-size", "100000000000"], "--batch-size 100000000000: its KV cache and logits"),
+    (["--out", "{tmp}/file"], "--out {tmp}/file: exists and is not a directory"),
+    (["--out", "{tmp}/file/below"], "--out {tmp}/file/below: {tmp}/file is not a directory"),
 ])
 def test_bad_input_is_named_and_nothing_runs(tmp_path, capsys, extra, message):
-    argv = ARGS + ["--out", str(tmp_path)] + extra
+    (tmp_path / "file").write_text("")
+    argv = ARGS + ["--out", str(tmp_path)] + [x.format(tmp=tmp_path) for x in extra]
     assert bench.main(argv) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
-    assert not list(tmp_path.rglob("runs.jsonl"))
+    assert message.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.rglob("*")] == ["file"]
 
 
 def test_out_of_memory_is_recorded_and_the_next_configuration_runs(tmp_path, monkeypatch):

@@ -108,6 +108,12 @@ def test_directory_without_weights_is_a_clear_error(tmp_path):
         load_checkpoint(tmp_path)
 
 
+def test_a_config_json_that_is_a_directory_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_checkpoint(tmp_path)
+
+
 def test_random_weights_are_seeded():
     a = build_random("tiny", dtype="float32", seed=7).state_dict()
     b = build_random("tiny", dtype="float32", seed=7).state_dict()
