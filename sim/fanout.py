@@ -32,7 +32,7 @@ def run_point(spec: RunSpec, slos: dict[str, float] | None = None, trace: Trace 
     result = simulate_spec(spec, trace)
     row = {name: getattr(spec, name) for name in AXES}
     row["seed"] = spec.seed
-    row.update(compute_metrics(result.requests, slos).as_row())
+    row.update(compute_metrics(result.table, slos).as_row())
     row["passes"] = result.num_passes
     row["wall_s"] = result.wall_s
     return row
