@@ -38,15 +38,18 @@ SLOS = [None, {"ttft": 0.05, "tpot": 0.004}, {"e2el": 2.0}]
 
 
 def reference_metrics(records: list[RequestRecord], slos):
-    """vLLM's definitions computed record by record, as core.metrics did before it took
-    columns: the oracle the table path must match exactly."""
+    """vLLM's definitions computed record by record (core.metrics' code before it took columns,
+    with vLLM's duration: to the last response, refusals included): the oracle the table path
+    must match exactly."""
     done = [r for r in records if r.completed]
     ttft = [r.ttft_s for r in done if r.first_token_s is not None]
     tpot = [r.tpot_s for r in done if r.tpot_s is not None]
     e2el = [r.e2el_s for r in done]
     keep_all = all(r.token_times_s or r.itl_count == 0 for r in done)
     itl = [g for r in done for g in r.itls_s()]
-    duration = max(r.finish_s for r in done) - min(r.arrival_s for r in records) if done else 0.0
+    ends = [r.finish_s for r in done] + [r.arrival_s if r.finish_s is None else r.finish_s
+                                         for r in records if r.rejected is not None]
+    duration = max(ends) - min(r.arrival_s for r in records) if ends else 0.0
     good = None
     if slos:
         good = sum(all(v is None or v <= slos[k] for k, v in (("ttft", r.ttft_s), ("tpot", r.tpot_s),
