@@ -38,7 +38,7 @@ NOT_HERE = [
 ]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
-        r"sweep .*azure", r"--scale", r"figures"]
+        r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep"]
 
 
 def commands(readme: Path) -> list[str]:
