@@ -20,7 +20,7 @@ from pathlib import Path
 from core.cli import ArgumentParser
 from core.metrics import compute_metrics, format_metrics, format_replications, parse_goodput, summarize_replications
 from core.records import records_to_csv, write_jsonl
-from sim.build import AXES, RunSpec, check_trace, cli_fields, load_trace_file, simulate_spec
+from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
     write_requests
 from sim.plot import add_plot_args, cmd_plot
@@ -159,6 +159,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(args.out, args.overwrite, args.resume)
     load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
+    for point in {s.with_(seed=base.seed) for s in specs}:  # and a bad point (a KV cache too small...)
+        check_spec(point)
     if args.modal:
         from sim.fanout import check_modal
         check_modal(base)

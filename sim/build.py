@@ -23,13 +23,19 @@ from sim.run import Disaggregation, SimResult, simulate
 from traces.download import resolve_trace
 from traces.io import FORMATS, NeedsSorting, count_trace, iter_trace, load_trace
 from traces.tools import shape_arrivals, shape_chunks
-from traces.trace import Trace
+from traces.trace import MAX_ARRIVAL_S, Trace
 
-def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None):
+# Bounds of the options that are times or bandwidths: no time past MAX_ARRIVAL_S (1e8 s, the
+# longest trace), no bandwidth under 1 kB/s (a whole 32k-token KV cache then moves in 10 days),
+# so that the simulated clock stays finite and exact.
+MIN_GBS = 1e-6
+
+
+def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None, high=None):
     """A RunSpec field that is also a command-line option: `help` and `choices` for --help,
     `type` to parse it, `axis` when a sweep may vary it, and its bounds (`low` <= value, or
-    `above` < value) checked for every run."""
-    meta = {"help": help, "type": type, "choices": choices, "axis": axis, "low": low, "above": above}
+    `above` < value; value <= `high`) checked for every run."""
+    meta = {"help": help, "type": type, "choices": choices, "axis": axis, "low": low, "above": above, "high": high}
     return field(default=default, metadata=meta)
 
 
@@ -47,7 +53,7 @@ class RunSpec:
     model: str = option("qwen2.5-1.5b", "model preset; a calibration file must match it", type=str)
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
-    overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0)
+    overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0, high=MAX_ARRIVAL_S * 1e3)
     replicas: int = option(1, "replicas behind the router", type=int, axis=True, low=1)
     router: str = option("round-robin", "how arriving requests pick a replica", type=str, choices=tuple(ROUTERS))
     order: str = option("fcfs", "queue order: fcfs, priority (the trace's priority classes), spf (shortest "
@@ -62,21 +68,23 @@ class RunSpec:
     kv_gib: float | None = option(None, "or the memory for the KV cache, GiB", type=float, above=0)
     preemption: str = option("recompute", "what a preempted request loses: its cache (recompute) or "
                                           "nothing (swap to host memory)", type=str, choices=("recompute", "swap"))
-    swap_gbs: float = option(25.0, "swap: host <-> GPU bandwidth, GB/s", type=float, above=0)
+    swap_gbs: float = option(25.0, "swap: host <-> GPU bandwidth, GB/s", type=float, low=MIN_GBS)
     batch_size: int = option(8, "static: requests per batch", type=int, low=1)
-    batch_timeout_s: float = option(0.5, "static: longest wait for a full batch, s", type=float, low=0)
+    batch_timeout_s: float = option(0.5, "static: longest wait for a full batch, s", type=float, low=0,
+                                    high=MAX_ARRIVAL_S)
     prefix_caching: bool = option(False, "reuse prompt blocks by the trace's block hashes", type=bool)
     hash_block_tokens: int = option(512, "tokens per trace block hash (Mooncake: 512)", type=int, low=1)
     disaggregate: str | None = option(None, "P:D: P prefill and D decode replicas instead of --replicas",
                                       type=str)
-    kv_link_gbs: float = option(50.0, "disaggregation: KV transfer bandwidth, GB/s", type=float, above=0)
-    kv_link_latency_ms: float = option(0.0, "disaggregation: KV transfer latency, ms", type=float, low=0)
+    kv_link_gbs: float = option(50.0, "disaggregation: KV transfer bandwidth, GB/s", type=float, low=MIN_GBS)
+    kv_link_latency_ms: float = option(0.0, "disaggregation: KV transfer latency, ms", type=float, low=0,
+                                       high=MAX_ARRIVAL_S * 1e3)
     rate: float | None = option(None, "Poisson arrivals at this many req/s (seeded), lengths from the trace",
                                 type=float, axis=True, above=0)
     rate_scale: float = option(1.0, "replay the trace's own arrivals this many times faster", type=float,
                                axis=True, above=0)
     limit: int | None = option(None, "only the first N requests", type=int, low=1)
-    seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int)
+    seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int, low=0)
     overlap: bool = option(False, "model the engine's overlap mode: each pass planned while the one before it "
                                   "runs, so an arrival waits for one more pass", type=bool)
     # not command-line options: what a run keeps, and its name
@@ -97,7 +105,7 @@ class RunSpec:
             if meta["choices"] is not None and value not in meta["choices"]:
                 raise ValueError(f"{flag}: unknown {f.name.replace('_', ' ')} {value!r}; choose from "
                                  f"{', '.join(meta['choices'])}")
-            if meta["low"] is None and meta["above"] is None:
+            if meta["low"] is None and meta["above"] is None and meta["high"] is None:
                 continue
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{flag} must be a finite number, got {value}")
@@ -105,6 +113,8 @@ class RunSpec:
                 raise ValueError(f"{flag} must be at least {meta['low']}, got {value}")
             if meta["above"] is not None and not value > meta["above"]:
                 raise ValueError(f"{flag} must be greater than {meta['above']}, got {value}")
+            if meta["high"] is not None and value > meta["high"]:
+                raise ValueError(f"{flag} must be at most {meta['high']:g}, got {value}")
         self.split_disaggregation()  # checks the P:D form
 
     def with_(self, **changes) -> "RunSpec":
@@ -170,9 +180,16 @@ def load_trace_file(path: str, fmt: str | None = None) -> Trace:
     return load_trace(resolve_trace(path), fmt=fmt)
 
 
-def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
+def check_spec(spec: RunSpec) -> None:
+    """Build what `simulate_spec` builds before it reads the trace (the cost model, the KV cache,
+    a scheduler), so that a sweep's bad point fails before any point runs."""
+    simulate_spec(spec, check_only=True)
+
+
+def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = False) -> SimResult | None:
     """Build everything `spec` describes and run it (`trace` replaces spec.trace when given;
-    `spec.stream` reads spec.trace a chunk at a time as the run goes, else it is loaded whole)."""
+    `spec.stream` reads spec.trace a chunk at a time as the run goes, else it is loaded whole).
+    With `check_only`, stop (returning None) once everything but the trace is built."""
     model = get_preset(spec.model)
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
     if spec.gpu is not None and gpu_preset is not None and get_gpu(spec.gpu).name != gpu_preset.name:
@@ -187,6 +204,12 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
         raise ValueError(f"--max-model-len {spec.max_model_len} is past {spec.model}'s context of "
                          f"{model.context_length} tokens")
     max_model_len = spec.max_model_len or model.context_length
+    if num_blocks * spec.block_size < max_model_len:
+        cache = (f"--kv-blocks {spec.kv_blocks}" if spec.kv_blocks else f"--kv-gib {spec.kv_gib:g}" if spec.kv_gib
+                 else f"the KV memory of {gpu.name}" + (f" ({free_gib:g} GiB)" if free_gib else ""))
+        raise ValueError(f"{cache} holds {num_blocks * spec.block_size:,} tokens ({num_blocks:,} blocks of --block-size "
+                         f"{spec.block_size}), fewer than one request of --max-model-len {max_model_len:,}: give the "
+                         "cache more memory (--kv-blocks, --kv-gib) or lower --max-model-len")
     kv_bytes = model.kv_bytes_per_token()
     swap_link = SwapLink(kv_bytes, spec.swap_gbs * 1e9) if spec.preemption == "swap" else None
 
@@ -206,6 +229,12 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
                               max(2048, spec.max_num_seqs), max_model_len, ORDERS[spec.order],
                               preemption=spec.preemption)
 
+    prefill_replicas, decode_replicas = spec.split_disaggregation()
+    if prefill_replicas and spec.policy == "static":
+        raise ValueError("disaggregation needs a continuous policy on its prefill replicas, not static")
+    if check_only:
+        scheduler(), make_decode_scheduler() if prefill_replicas else None
+        return None
     if trace is None and spec.stream:
         count = count_trace_file(spec.trace, spec.trace_format) if spec.rate is not None else None
         trace = shape_chunks(iter_trace(resolve_trace(spec.trace), spec.trace_format), spec.rate, spec.rate_scale,
@@ -214,11 +243,8 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None) -> SimResult:
         if trace is None:
             trace = load_trace_file(spec.trace, spec.trace_format)
         trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed)
-    prefill_replicas, decode_replicas = spec.split_disaggregation()
     disaggregate = None
     if prefill_replicas:
-        if spec.policy == "static":
-            raise ValueError("disaggregation needs a continuous policy on its prefill replicas, not static")
         disaggregate = Disaggregation(prefill_replicas, decode_replicas, make_decode_scheduler,
                                       kv_bytes, spec.kv_link_gbs * 1e9, spec.kv_link_latency_ms / 1e3,
                                       make_router(spec.router, spec.seed + 1))

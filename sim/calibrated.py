@@ -34,13 +34,18 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 from typing import Sequence
 
 from core.roofline import GPUSpec
+from traces.trace import MAX_ARRIVAL_S
 
 FORMAT = "llm-sim-cost/v2"
 ALWAYS = 1 << 62
+# Bounds on a file's numbers, so that no pass takes longer than the longest trace (or forever):
+# times at most MAX_ARRIVAL_S (1e8 s), a rate 0 (its term off) or at least MIN_RATE per second.
+MIN_RATE = 1e-6
 UNITS = {"fixed_s": "s", "graph_s": "s", "per_seq_s": "s", "serial_s_per_token": "s",
          "weight_gbs": "GB/s", "kv_gbs": "GB/s", "matmul_tflops": "TFLOP/s", "attention_tflops": "TFLOP/s"}
 
@@ -67,14 +72,21 @@ class CalibratedCost:
         self.source = source
         self.model, self.gpu = d["model"], d.get("gpu", "")
         self.free_gib, self.kv_blocks = d.get("free_gib"), d.get("kv_blocks")
-        self.buckets = sorted(int(b) for b in d.get("graph_buckets", []))
-        self.token_buckets = sorted(int(b) for b in d.get("token_buckets", []))
+        for key in ("free_gib", "kv_blocks"):
+            if d.get(key) is not None:
+                self._positive(d[key], key)
+        self.buckets = sorted(self._whole(b, "graph_buckets") for b in d.get("graph_buckets", []))
+        self.token_buckets = sorted(self._whole(b, "token_buckets") for b in d.get("token_buckets", []))
         c = d["constants"]
-        self.weight_bytes, self.flops_per_token = float(c["weight_bytes"]), float(c["flops_per_token"])
-        self.kv_bytes, self.pair_flops = float(c["kv_bytes_per_token"]), float(c["attention_flops_per_pair"])
+        self.weight_bytes = self._positive(c["weight_bytes"], "constants.weight_bytes")
+        self.flops_per_token = self._positive(c["flops_per_token"], "constants.flops_per_token")
+        self.kv_bytes = self._positive(c["kv_bytes_per_token"], "constants.kv_bytes_per_token")
+        self.pair_flops = self._positive(c["attention_flops_per_pair"], "constants.attention_flops_per_pair")
         a = d["decode_attention"]
-        self.kv_heads, self.fills_gpu, self.block_n = int(a["kv_heads"]), int(a["fills_gpu"]), int(a["block_n"])
-        self.slicing = {False: tuple(map(int, a["small"])), True: tuple(map(int, a["big"]))}
+        self.kv_heads, self.fills_gpu, self.block_n = (self._whole(a[k], f"decode_attention.{k}")
+                                                       for k in ("kv_heads", "fills_gpu", "block_n"))
+        self.slicing = {big: self._slicing(a[part], f"decode_attention.{part}")
+                        for big, part in ((False, "small"), (True, "big"))}
         p = d["parameters"]
         self.p1 = self._values(p, "decode1", ("fixed_s", "kv_gbs", "serial_s_per_token"))
         self.pd = self._values(p, "decode", ("per_seq_s",))
@@ -83,14 +95,46 @@ class CalibratedCost:
         graph = p["decode"].get("graph_s")
         if not isinstance(graph, dict) or not graph:
             raise ValueError(f"{source}: parameters.decode.graph_s must map decode buckets to seconds")
-        self.graph_s = {int(k): self._number(v, f"decode.graph_s.{k}") for k, v in graph.items()}
+        self.graph_s = {self._whole(k, "parameters.decode.graph_s"): self._number(v, f"decode.graph_s.{k}")
+                        for k, v in graph.items()}
         self.pp = self._values(p, "prefill", ("fixed_s", "weight_gbs", "matmul_tflops", "kv_gbs", "attention_tflops",
                                               "serial_s_per_token", "per_seq_s"))
 
     def _number(self, v, where: str) -> float:
+        """A parameter: seconds from 0 to MAX_ARRIVAL_S, or a rate (GB/s, TFLOP/s) of 0 or at least MIN_RATE."""
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{self.source}: parameters.{where} must be a finite number >= 0, got {v!r}")
+        if where.endswith(("_gbs", "_tflops")):
+            if 0 < v < MIN_RATE:
+                raise ValueError(f"{self.source}: parameters.{where} must be 0 (term off) or at least {MIN_RATE:g}, "
+                                 f"got {v!r}")
+        elif v > MAX_ARRIVAL_S:
+            raise ValueError(f"{self.source}: parameters.{where} must be at most {MAX_ARRIVAL_S:g} s, got {v!r}")
         return float(v)
+
+    def _positive(self, v, where: str) -> float:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{self.source}: {where} must be a finite number > 0, got {v!r}")
+        return float(v)
+
+    def _whole(self, v, where: str) -> int:
+        """A count (a bucket, a block size, a number of heads): a whole number >= 1, or its text (a JSON key)."""
+        try:
+            n = int(v) if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+        except ValueError:
+            n = None
+        if n is None or n < 1:
+            raise ValueError(f"{self.source}: {where} must hold whole numbers >= 1, got {v!r}")
+        return n
+
+    def _slicing(self, v, where: str) -> tuple[int, int]:
+        """(slices, shortest): at least one slice, of at least 0 positions."""
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            raise ValueError(f"{self.source}: {where} must be [slices, shortest], got {v!r}")
+        slices = self._whole(v[0], f"{where}[0]")
+        if not isinstance(v[1], int) or isinstance(v[1], bool) or v[1] < 0:
+            raise ValueError(f"{self.source}: {where}[1] must be a whole number >= 0, got {v[1]!r}")
+        return slices, v[1]
 
     def _values(self, params: dict, name: str, keys: tuple, where: str | None = None) -> dict:
         part = params.get(name)
@@ -208,11 +252,15 @@ class CalibratedCost:
         if path.is_dir():
             raise ValueError(f"cost model file {path} is a directory")
         try:
-            d = json.loads(path.read_text(), parse_constant=_refuse_constant)
+            text = path.read_text()
+            d = json.loads(text, parse_constant=_refuse_constant)
         except FileNotFoundError:
             raise ValueError(f"cost model file {path} does not exist") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
+        except _NotANumber as e:
+            raise ValueError(f"{path}, line {_line_of(text, e.args[0])}: {e.args[0]} is not a number a cost model "
+                             "can use") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"{path}: expected a calibration file with \"format\": \"{FORMAT}\", got {got!r}")
@@ -224,9 +272,21 @@ class CalibratedCost:
                              f"calibrate for {model!r} or pass --model {d['model']}")
         try:
             return cls(d, str(path))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from None
+        except KeyError as e:
+            raise ValueError(f"{path}: missing {e}") from None
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: not the shape of a calibration file ({e})") from None
+
+
+class _NotANumber(ValueError):
+    """NaN or Infinity in a calibration file (JSON has neither; Python writes them)."""
 
 
 def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a number a cost model can use")
+    raise _NotANumber(name)
+
+
+def _line_of(text: str, name: str) -> int:
+    """The line of the first `name` written as a bare JSON value."""
+    found = re.search(r"[:\[,]\s*" + re.escape(name), text)
+    return text.count("\n", 0, found.end()) + 1 if found else 1

@@ -24,13 +24,13 @@ timed on the real engine; `CalibratedCost` documents the form and its parameters
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from core.config import ModelConfig, get_preset
 from core.roofline import GPUSpec, get_gpu
 from sim.calibrated import FORMAT, CalibratedCost, bucket  # noqa: F401 (FORMAT, bucket: the file's)
+from traces.trace import MAX_ARRIVAL_S
 
 ALWAYS = 1 << 62  # "valid for every pass of any run"
 
@@ -150,8 +150,8 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
             seconds = float(arg)
         except ValueError:
             raise ValueError(f"--cost {spec!r}: {arg!r} is not a number of seconds") from None
-        if not math.isfinite(seconds):
-            raise ValueError(f"--cost {spec!r}: a pass must take a finite time")
+        if not 0 < seconds <= MAX_ARRIVAL_S:
+            raise ValueError(f"--cost {spec!r}: a pass must take a finite, positive time of at most {MAX_ARRIVAL_S:g} s")
         return ConstantCost(seconds), None
     if kind == "calibrated" and sep:
         name, at, target = arg.partition("@")

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from core.cli import check_writable_dir
 from core.request_table import RequestTable
 from core.table_io import WRITERS, pyarrow_or_error, read_table, write_table_parquet, write_table_text
 
@@ -32,11 +33,7 @@ def check_out_dir(out: Path, overwrite: bool = False, resume: bool = False) -> N
         raise ValueError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (overwrite or resume):
         raise ValueError(f"--out {out}: directory is not empty; pass --overwrite to replace what is there")
-    parent = out.parent if not out.exists() else out
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: cannot write in {parent}")
+    check_writable_dir(out.parent, "--out")  # where the run's temporary directory goes
 
 
 @contextlib.contextmanager

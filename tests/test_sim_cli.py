@@ -63,12 +63,46 @@ def test_run_with_a_calibration_file(trace_csv, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--policy", "fastest"], "argument --policy: invalid choice: 'fastest' (choose from 'static', 'continuous'"),
     (["--cost", "roofline:h900"], "unknown GPU preset 'h900'"),
-    (["--kv-blocks", "100"], "fewer than one request of max_model_len=32768"),
+    (["--kv-blocks", "100"], "--kv-blocks 100 holds 1,600 tokens (100 blocks of --block-size 16), fewer than one "
+                             "request of --max-model-len 32,768"),
+    (["--kv-gib", "1e-300"], "--kv-gib 1e-300 holds 0 tokens"),
+    (["--block-size", "1000000000000"], "the KV memory of NVIDIA H200 holds 0 tokens"),
     (["--disaggregate", "two"], "expected P:D"),
+    (["--seed", "-1", "--rate", "5"], "--seed must be at least 0, got -1"),
+    (["--overhead-ms", "1e308"], "--overhead-ms must be at most 1e+11"),
+    (["--cost", "constant:1e300"], "a pass must take a finite, positive time of at most 1e+08 s"),
+    (["--preemption", "swap", "--swap-gbs", "1e-300"], "--swap-gbs must be at least 1e-06"),
+    (["--disaggregate", "1:1", "--kv-link-gbs", "1e-300"], "--kv-link-gbs must be at least 1e-06"),
+    (["--disaggregate", "1:1", "--kv-link-latency-ms", "1e300"], "--kv-link-latency-ms must be at most 1e+11"),
+    (["--policy", "static", "--batch-timeout-s", "1e300"], "--batch-timeout-s must be at most 1e+08"),
+    (["--out", "/proc/simulated"], "--out /proc: cannot write in /proc"),
 ])
 def test_bad_input_is_a_clear_error(trace_csv, capsys, args, message):
     assert main(["run", "--trace", str(trace_csv), *args]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["parameters"]["decode1"].update(fixed_s=1e300), "parameters.decode1.fixed_s must be at most 1e+08 s"),
+    (lambda c: c["parameters"]["prefill"].update(kv_gbs=1e-300), "parameters.prefill.kv_gbs must be 0 (term off) or"),
+    (lambda c: c["decode_attention"].update(small=[0, 0]), "decode_attention.small[0] must hold whole numbers >= 1"),
+    (lambda c: c.update(free_gib="x"), "free_gib must be a finite number > 0, got 'x'"),
+    (lambda c: c["constants"].update(weight_bytes=-1.0), "constants.weight_bytes must be a finite number > 0"),
+    (lambda c: c["parameters"]["decode"]["graph_s"].update({"1": float("nan")}), "line 1: NaN is not a number"),
+    (lambda c: c["parameters"]["decode"].update(per_seq_s="x"), "parameters.decode.per_seq_s must be a finite number"),
+])
+def test_a_bad_calibration_file_is_named_with_its_key(trace_csv, tmp_path, capsys, change, message):
+    from test_sim_cost import calibration
+    cal = calibration(free_gib=10)
+    change(cal)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    assert main(["run", "--trace", str(trace_csv), "--cost", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and message in err and err.count("\n") == 1, err
+    assert err.count(str(path)) == 1  # named once, not twice
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_bad_trace_or_router_is_a_clear_error(tmp_path, capsys):
@@ -91,6 +125,17 @@ def test_sweep_runs_a_grid_with_replications(trace_csv, tmp_path, capsys):
     assert len(runs) == 8 and len(summary) == 4
     assert set(summary["policy"]) == {"continuous", "chunked"} and (summary["replications"] == 2).all()
     assert summary["mean_ttft_ms_ci"].notna().all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kv-blocks", "100", "--replicas", "1,2"], "--kv-blocks 100 holds 1,600 tokens"),
+    (["--disaggregate", "1:1", "--policy", "continuous,static"], "disaggregation needs a continuous policy"),
+])
+def test_a_sweep_with_a_bad_point_fails_before_any_point_runs(trace_csv, tmp_path, capsys, args, message):
+    assert main(["sweep", "--trace", str(trace_csv), *args, "--out", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "sweep").exists()  # not even an empty runs.csv
 
 
 def test_help_runs():
