@@ -99,8 +99,8 @@ def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
             value = float(ms)
         except ValueError:
             raise ValueError(f"goodput SLO {spec!r}: {ms!r} is not a number of milliseconds") from None
-        if value <= 0:
-            raise ValueError(f"goodput SLO {spec!r}: must be positive")
+        if not 0 < value < math.inf:  # NaN too
+            raise ValueError(f"goodput SLO {spec!r}: must be a positive, finite number of milliseconds")
         slos[name] = value / 1e3
     return slos
 

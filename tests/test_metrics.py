@@ -45,6 +45,12 @@ def test_only_rejections_give_zero_throughput_over_their_span():
     assert math.isnan(m.ttft.mean)
 
 
+@pytest.mark.parametrize("spec", ["ttft:nan", "ttft:inf", "tpot:0", "e2el:-5"])
+def test_a_goodput_slo_must_be_a_positive_finite_number(spec):
+    with pytest.raises(ValueError, match=f"goodput SLO '{spec}': must be a positive, finite number"):
+        parse_goodput([spec])
+
+
 def test_goodput_counts_requests_meeting_every_slo():
     a = served("a", 0.0, [0.1, 0.2, 0.4])        # TTFT 100 ms, TPOT 150 ms
     b = served("b", 0.5, [0.8, 0.9])             # TTFT 300 ms, TPOT 100 ms
