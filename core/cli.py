@@ -43,6 +43,16 @@ def number(kind=float, *, low: float | None = None, above: float | None = None, 
     return parse
 
 
+def goodput_slo(text: str) -> str:
+    """An argparse type for one `--goodput` SLO, `NAME:MS`, checked as core.metrics reads it."""
+    from core.metrics import parse_goodput
+    try:
+        parse_goodput([text])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def check_writable_dir(path: str | Path, option: str = "--out") -> None:
     """Refuse, before any work, an output directory that is a file, lies under one, or is in a
     place this process cannot write (tried with a scratch directory, not read off permission

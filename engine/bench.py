@@ -209,7 +209,10 @@ def configure(args) -> tuple:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    prompts = parse_prompts(args.prompts)
+    try:
+        prompts = parse_prompts(args.prompts)
+    except ValueError as e:
+        raise ValueError(f"--prompts: {e}") from None
     sizes = parse_batch_sizes(args.batch_size)
     if args.engine == "cached" and sizes != [1]:
         raise ValueError("--batch-size: the cached engine runs at batch size 1; use --engine batched for larger "
@@ -217,7 +220,10 @@ def configure(args) -> tuple:
     if args.new_tokens < 1 or args.runs < 1 or args.warmup < 0:
         raise ValueError("--new-tokens and --runs must be >= 1, --warmup >= 0")
     if args.gpu_spec is not None:
-        get_gpu(args.gpu_spec)
+        try:
+            get_gpu(args.gpu_spec)
+        except ValueError as e:
+            raise ValueError(f"--gpu-spec: {e}") from None
     if args.graphs == "on" and device.type != "cuda":
         raise ValueError("--graphs on: CUDA graphs need a CUDA device, and this run is on the CPU")
     return device, parse_dtype(args.dtype), prompts, sizes
@@ -244,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         check_writable_dir(out_dir)
         model, weights = load_model(source, dtype, device, seed=args.seed)
         for prompt in prompts:  # fail before measuring anything, not halfway through
-            check_fits(model, [PROMPT_LENGTHS[prompt]], args.new_tokens)
+            try:
+                check_fits(model, [PROMPT_LENGTHS[prompt]], args.new_tokens)
+            except ValueError as e:
+                raise ValueError(f"--prompts {prompt} --new-tokens {args.new_tokens}: {e}") from None
         check_memory(model, max(sizes), max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens, dtype, device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

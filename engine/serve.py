@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, goodput_slo, number
 from core.config import ModelConfig, get_preset
 from core.kv import BlockPool
 from core.metrics import compute_metrics, parse_goodput
@@ -132,7 +132,8 @@ def build_parser() -> ArgumentParser:
                    help="engine replicas, one process and one GPU each, behind --router (default 1)")
     e.add_argument("--router", type=listed(str), default=["round-robin"],
                    help=f"how requests pick a replica: {' | '.join(ROUTERS)}; a list makes one run each")
-    e.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
+    e.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
+                   help="SLOs: ttft:MS tpot:MS e2el:MS")
     e.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     e.add_argument("--name", type=run_name, default=None, help="a name for the runs (default: the workload's)")
     return p

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from core.config import ModelConfig, get_preset
+from core.config import PRESETS, ModelConfig, get_preset
 from engine.model import Qwen2
 
 DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
@@ -30,7 +30,7 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; use one of float16, bfloat16, float32") from None
+        raise ValueError(f"--dtype: unknown dtype {name!r}; use one of float16, bfloat16, float32") from None
 
 
 def _checkpoint_files(path: Path) -> list[Path]:
@@ -183,4 +183,7 @@ def load_model(source: str, dtype: torch.dtype | str = "float16", device: str | 
         return load_checkpoint(source, dtype, device), "checkpoint"
     if Path(source).exists() or "/" in source:
         raise CheckpointError(f"--model {source}: not a checkpoint directory (nor a preset name)")
+    if source not in PRESETS:
+        raise CheckpointError(f"--model {source}: unknown model preset (known: {', '.join(PRESETS)}), and no "
+                              "checkpoint directory of that name")
     return build_random(source, dtype, device, seed), "random"

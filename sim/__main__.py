@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.cli import ArgumentParser
+from core.cli import ArgumentParser, goodput_slo
 from core.metrics import compute_metrics, format_metrics, format_replications, parse_goodput, summarize_replications
 from core.records import records_to_csv, write_jsonl
 from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
@@ -62,7 +62,7 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
                    help="step every pass (same results, slower)")
     p.add_argument("--replications", type=int, default=1,
                    help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two)")
-    p.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS",
+    p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
     p.add_argument("--out", type=Path, default=None, help="directory for records and metrics")
     p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
-    met.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS", help="SLOs for goodput, as vLLM")
+    met.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
+                     help="SLOs for goodput, as vLLM")
     try:
         args = parser.parse_args(argv)
         if args.command == "compare":

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
-from core.config import get_preset
+from core.config import PRESETS, get_preset
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import get_gpu
 from core.routers import ROUTERS, make_router
@@ -115,6 +115,13 @@ class RunSpec:
                 raise ValueError(f"{flag} must be greater than {meta['above']}, got {value}")
             if meta["high"] is not None and value > meta["high"]:
                 raise ValueError(f"{flag} must be at most {meta['high']:g}, got {value}")
+        if self.model not in PRESETS:
+            raise ValueError(f"--model: unknown model preset {self.model!r}; known: {', '.join(PRESETS)}")
+        if self.gpu is not None:
+            try:
+                get_gpu(self.gpu)
+            except ValueError as e:
+                raise ValueError(f"--gpu: {e}") from None
         self.split_disaggregation()  # checks the P:D form
 
     def with_(self, **changes) -> "RunSpec":

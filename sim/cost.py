@@ -143,7 +143,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
     `model`. Returns it and the GPU preset it stands for (None when it names none)."""
     kind, sep, arg = spec.partition(":")
     if kind == "roofline" and sep:
-        gpu = get_gpu(arg)
+        gpu = _gpu(spec, arg)
         return RooflineCost(get_preset(model), gpu, overhead_s), gpu
     if kind == "constant" and sep:
         try:
@@ -163,7 +163,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         measured_on = gpu_preset(cost.gpu)[1]
         if not at:
             return cost, measured_on
-        gpu = get_gpu(target)
+        gpu = _gpu(spec, target)
         if measured_on is None:
             raise ValueError(f"--cost {spec!r}: {path} was measured on {cost.gpu!r}, which no GPU preset "
                              f"describes; it cannot be projected")
@@ -173,6 +173,13 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         return cost, gpu_preset(cost.gpu)[1]
     raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
                      f"calibration .json file")
+
+
+def _gpu(spec: str, name: str) -> GPUSpec:
+    try:
+        return get_gpu(name)
+    except ValueError as e:
+        raise ValueError(f"--cost {spec!r}: {e}") from None
 
 
 def gpu_preset(name: str) -> tuple[str | None, GPUSpec | None]:

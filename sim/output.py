@@ -33,6 +33,7 @@ def check_out_dir(out: Path, overwrite: bool = False, resume: bool = False) -> N
         raise ValueError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (overwrite or resume):
         raise ValueError(f"--out {out}: directory is not empty; pass --overwrite to replace what is there")
+    check_writable_dir(out)
     check_writable_dir(out.parent, "--out")  # where the run's temporary directory goes
 
 

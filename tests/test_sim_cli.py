@@ -75,7 +75,7 @@ def test_run_with_a_calibration_file(trace_csv, tmp_path, capsys):
     (["--disaggregate", "1:1", "--kv-link-gbs", "1e-300"], "--kv-link-gbs must be at least 1e-06"),
     (["--disaggregate", "1:1", "--kv-link-latency-ms", "1e300"], "--kv-link-latency-ms must be at most 1e+11"),
     (["--policy", "static", "--batch-timeout-s", "1e300"], "--batch-timeout-s must be at most 1e+08"),
-    (["--out", "/proc/simulated"], "--out /proc: cannot write in /proc"),
+    (["--out", "/proc/simulated"], "--out /proc/simulated: cannot write in /proc"),
 ])
 def test_bad_input_is_a_clear_error(trace_csv, capsys, args, message):
     assert main(["run", "--trace", str(trace_csv), *args]) == 2

@@ -81,13 +81,21 @@ def lengths(text: str) -> generate.Lengths:
 
 
 def rates(text: str) -> list[float]:
-    """A comma-separated list of rates, each finite and >= 0."""
+    """A comma-separated list of at least two rates, each finite and >= 0, not all zero."""
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected rates like 1,5,2, got {text!r}") from None
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"rates must be finite and >= 0, got {text!r}")
+    if len(values) < 2 or not all(math.isfinite(v) and v >= 0 for v in values) or not max(values) > 0:
+        raise argparse.ArgumentTypeError(f"expected two or more rates, finite, >= 0 and not all zero, got {text!r}")
+    return values
+
+
+def peak_trough(text: str) -> list[float]:
+    """`--daily PEAK,TROUGH`: two rates, as `rates` checks them."""
+    values = rates(text)
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected PEAK,TROUGH, got {text!r}")
     return values
 
 
@@ -140,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         if kind == "ramp":
             curve = sub.add_mutually_exclusive_group(required=True)
             curve.add_argument("--rates", type=rates, help="rates spread evenly over the duration, e.g. 1,8,2")
-            curve.add_argument("--daily", type=rates, metavar="PEAK,TROUGH",
+            curve.add_argument("--daily", type=peak_trough, metavar="PEAK,TROUGH",
                                help="a day's cosine curve peaking at 14:00, squeezed into --duration")
             sub.add_argument("--duration", type=SECONDS, required=True, help="seconds")
         else:
