@@ -31,6 +31,9 @@ from traces.trace import MAX_ARRIVAL_S, Trace
 MIN_GBS = 1e-6
 
 
+MAX_REPLICAS = 100_000  # an idle replica holds about 17 KB: 10,000 on 300 requests peak at about 170 MB
+
+
 def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None, high=None):
     """A RunSpec field that is also a command-line option: `help` and `choices` for --help,
     `type` to parse it, `axis` when a sweep may vary it, and its bounds (`low` <= value, or
@@ -54,7 +57,7 @@ class RunSpec:
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
     overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0, high=MAX_ARRIVAL_S * 1e3)
-    replicas: int = option(1, "replicas behind the router", type=int, axis=True, low=1)
+    replicas: int = option(1, "replicas behind the router", type=int, axis=True, low=1, high=MAX_REPLICAS)
     router: str = option("round-robin", "how arriving requests pick a replica", type=str, choices=tuple(ROUTERS))
     order: str = option("fcfs", "queue order: fcfs, priority (the trace's priority classes), spf (shortest "
                                 "prompt first)", type=str, choices=tuple(ORDERS))
@@ -138,6 +141,8 @@ class RunSpec:
         if p < 1 or d < 1:
             raise ValueError(f"--disaggregate {self.disaggregate!r}: needs at least one prefill and one decode "
                              "replica")
+        if p + d > MAX_REPLICAS:
+            raise ValueError(f"--disaggregate {self.disaggregate!r}: at most {MAX_REPLICAS:,} replicas in all")
         return p, d
 
     @property
