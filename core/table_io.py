@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from core.records import RequestRecord, read_request_records
+from core.records import RequestRecord, _replace_atomically, read_request_records
 from core.request_table import RequestTable
 
 BLOCK_ROWS = 65_536
@@ -41,16 +41,6 @@ def pyarrow_or_error():
     except ImportError:
         raise ValueError(f"Parquet needs pyarrow, which is not installed: {PARQUET_EXTRA}") from None
     return pyarrow, pyarrow.parquet
-
-
-def _replace_when_done(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _blocks(table: RequestTable):
@@ -174,7 +164,7 @@ def write_table_parquet(table: RequestTable, path: str | Path) -> None:
                     table.preemptions[lo:hi], pa.array(rejected, pa.string()), table.replica[lo:hi],
                     pa.array(table.run_ids(lo, hi), pa.string())], schema=schema))
 
-    _replace_when_done(Path(path), write)
+    _replace_atomically(Path(path), write)
 
 
 WRITERS = {"jsonl": write_table_jsonl, "csv": write_table_csv, "parquet": write_table_parquet}
