@@ -252,16 +252,15 @@ def lowest_rate(searched: str, trace) -> float:
 
     if searched == "rate":
         return 2 * len(trace) / MAX_ARRIVAL_S  # n Poisson arrivals span about n / rate
-    if searched == "rate_scale" and len(trace) > 1:
-        return float(trace.arrival_s[-1] - trace.arrival_s[0]) / MAX_ARRIVAL_S
+    if searched == "rate_scale":
+        return trace.span_s / MAX_ARRIVAL_S
     return 0.0
 
 
 def default_start(searched: str, trace) -> float:
     """The first probe: the trace's own mean rate (rate), its own times (rate_scale 1), one replica."""
     if searched == "rate":
-        span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace) > 1 else 0.0
-        return len(trace) / span if span > 0 else 1.0
+        return len(trace) / trace.span_s if trace.span_s > 0 else 1.0
     return 1
 
 
