@@ -24,7 +24,7 @@ import numpy as np
 from traces.csvfile import CHUNK_ROWS, integers, iter_columns, read_columns, read_header, require_columns, seconds, \
     timestamps_ns
 from traces.errors import NeedsSorting, TraceError
-from traces.trace import Trace
+from traces.trace import Trace, first_out_of_order
 
 MOONCAKE_BLOCK_TOKENS = 512  # each Mooncake hash id stands for one block of this many prompt tokens
 
@@ -147,9 +147,8 @@ def _rebased_chunks(path: Path, raw: Iterator[dict], per_second: float) -> Itera
         times = c["times"]
         if last is not None and times[0] < last[0]:
             _out_of_order(path, int(c["lines"][0]), last[1])
-        back = np.flatnonzero(np.diff(times) < 0)
-        if back.size:
-            i = int(back[0]) + 1
+        i = first_out_of_order(times)
+        if i is not None:
             _out_of_order(path, int(c["lines"][i]), int(c["lines"][i - 1]))
         last = (times[-1], int(c["lines"][-1]))
         keep = np.flatnonzero((c["outputs"] != 0) & (c["prompts"] != 0))
