@@ -7,7 +7,7 @@ a non-empty directory is refused unless `overwrite`, an unwritable place fails a
 
 The request records go to `requests.jsonl` and `requests.csv` (the default), or
 `requests.parquet` (`--format parquet`, for runs of millions of requests); `read_requests` reads
-a run directory's records back from whichever is there, for the metrics and the charts.
+a run directory's records back from whichever is there, for `python -m sim metrics`.
 """
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ DEFAULT_FORMATS = "jsonl,csv"
 def check_out_dir(out: Path, overwrite: bool = False, resume: bool = False) -> None:
     """Refuse an --out that is a file, a non-empty directory (unless overwrite/resume), or a place
     this process cannot write to; before any work is done."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (overwrite or resume):
         raise ValueError(f"--out {out}: directory is not empty; pass --overwrite to replace what is there")
     check_writable_dir(out)
