@@ -21,6 +21,8 @@ import numpy as np
 from core.records import RequestRecord
 
 FLUSH_ROWS = 4096  # finished sequences buffered before they are turned into columns
+FLOATS = ("arrival_s", "first_token_s", "finish_s", "itl_sum_s")  # the number columns, float64 (NaN: none)
+INTS = ("prompt_tokens", "max_output_tokens", "output_tokens", "itl_count", "preemptions", "replica")  # int64
 
 
 @dataclass
@@ -104,30 +106,26 @@ class RequestTable:
     def from_records(cls, records: Iterable[RequestRecord]) -> "RequestTable":
         """The records as columns, in their order."""
         records = list(records)
-        nan = float("nan")
-
-        def floats(name: str) -> np.ndarray:
-            return np.array([getattr(r, name) for r in records], dtype=np.float64).reshape(-1)
-
-        def ints(name: str) -> np.ndarray:
-            return np.array([getattr(r, name) for r in records], dtype=np.int64).reshape(-1)
-
         times = [r.token_times_s for r in records]
-        lengths = np.array([len(t) for t in times], dtype=np.int64)
-        run_ids = [r.run_id for r in records]
-        return cls(
-            arrival_s=floats("arrival_s"), prompt_tokens=ints("prompt_tokens"),
-            max_output_tokens=ints("max_output_tokens"), output_tokens=ints("output_tokens"),
-            first_token_s=np.array([nan if r.first_token_s is None else r.first_token_s for r in records],
-                                   dtype=np.float64).reshape(-1),
-            finish_s=np.array([nan if r.finish_s is None else r.finish_s for r in records],
-                              dtype=np.float64).reshape(-1),
-            itl_sum_s=floats("itl_sum_s"), itl_count=ints("itl_count"), preemptions=ints("preemptions"),
-            replica=ints("replica"), request_id=[r.request_id for r in records],
-            rejected={i: r.rejected for i, r in enumerate(records) if r.rejected is not None},
-            run_id=run_ids[0] if run_ids and all(x == run_ids[0] for x in run_ids) else run_ids,
-            token_times_s=np.array([x for t in times for x in t], dtype=np.float64) if lengths.any() else None,
-            token_offsets=np.concatenate([[0], np.cumsum(lengths)]) if lengths.any() else None)
+        return cls.from_columns({name: [getattr(r, name) for r in records] for name in (*FLOATS, *INTS)},
+                                [r.request_id for r in records], [r.rejected for r in records],
+                                [r.run_id for r in records], np.array([len(t) for t in times], dtype=np.int64),
+                                np.array([x for t in times for x in t], dtype=np.float64))
+
+    @classmethod
+    def from_columns(cls, columns, ids: list[str], rejected: list, run_ids: list[str], lengths: np.ndarray,
+                     values: np.ndarray) -> "RequestTable":
+        """A table from per-row columns: `columns[name]` for each number field (a time that is
+        None or NaN: none), the ids, each row's rejection reason (or None) and run id, and the
+        token times as each row's count (`lengths`) and all rows' times one after the other."""
+        floats = {k: np.asarray(columns[k], dtype=np.float64) for k in FLOATS}
+        ints = {k: np.asarray(columns[k], dtype=np.int64) for k in INTS}
+        kept = bool(lengths.any())
+        return cls(**floats, **ints, request_id=ids,
+                   rejected={i: r for i, r in enumerate(rejected) if r is not None},
+                   run_id=run_ids[0] if run_ids and all(x == run_ids[0] for x in run_ids) else run_ids,
+                   token_times_s=values if kept else None,
+                   token_offsets=np.concatenate([[0], np.cumsum(lengths)]) if kept else None)
 
 
 class TableBuilder:

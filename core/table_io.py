@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from core.records import RequestRecord, _replace_atomically, read_request_records
-from core.request_table import RequestTable
+from core.request_table import FLOATS, INTS, RequestTable
 
 BLOCK_ROWS = 65_536
 COLUMNS = [f.name for f in dataclasses.fields(RequestRecord)]
@@ -29,8 +29,7 @@ PARQUET_EXTRA = "pip install 'llm-serving-sim[parquet]' (or pip install pyarrow)
 _JSON_ROW = ('{"request_id": %s, "arrival_s": %s, "prompt_tokens": %s, "max_output_tokens": %s, '
              '"output_tokens": %s, "first_token_s": %s, "finish_s": %s, "token_times_s": %s, "itl_sum_s": %s, '
              '"itl_count": %s, "preemptions": %s, "rejected": %s, "replica": %s, "run_id": %s}\n')
-_NUMBERS = ("arrival_s", "prompt_tokens", "max_output_tokens", "output_tokens", "first_token_s", "finish_s",
-            "itl_sum_s", "itl_count", "preemptions", "replica")
+_NUMBERS = (*FLOATS, *INTS)  # the columns written as numbers
 
 
 def pyarrow_or_error():
@@ -182,20 +181,6 @@ def read_table(path: str | Path) -> RequestTable:
     raise ValueError(f"{path}: not a request-records file (.jsonl, .jsonl.gz, .csv or .parquet)")
 
 
-def _table(columns: dict, ids: list[str], rejected: list, run_ids: list[str], lengths: np.ndarray,
-           values: np.ndarray) -> RequestTable:
-    floats = {k: np.asarray(columns[k], dtype=np.float64) for k in ("arrival_s", "first_token_s", "finish_s",
-                                                                     "itl_sum_s")}
-    ints = {k: np.asarray(columns[k], dtype=np.int64) for k in ("prompt_tokens", "max_output_tokens",
-                                                               "output_tokens", "itl_count", "preemptions", "replica")}
-    kept = bool(lengths.any())
-    return RequestTable(**floats, **ints, request_id=ids,
-                        rejected={i: r for i, r in enumerate(rejected) if r is not None},
-                        run_id=run_ids[0] if run_ids and all(x == run_ids[0] for x in run_ids) else run_ids,
-                        token_times_s=values if kept else None,
-                        token_offsets=np.concatenate([[0], np.cumsum(lengths)]) if kept else None)
-
-
 def _read_csv(path: Path) -> RequestTable:
     import pandas as pd
     text = {"request_id": str, "token_times_s": str, "rejected": str, "run_id": str}
@@ -205,8 +190,9 @@ def _read_csv(path: Path) -> RequestTable:
     times = [[float(x) for x in cell.split()] for cell in frame["token_times_s"]]
     lengths = np.array([len(t) for t in times], dtype=np.int64)
     values = np.array([x for t in times for x in t], dtype=np.float64)
-    return _table(frame, frame["request_id"].tolist(), [r if r else None for r in frame["rejected"]],
-                  frame["run_id"].tolist(), lengths, values)
+    return RequestTable.from_columns(frame, frame["request_id"].tolist(),
+                                     [r if r else None for r in frame["rejected"]], frame["run_id"].tolist(),
+                                     lengths, values)
 
 
 def _read_parquet(path: Path) -> RequestTable:
@@ -217,5 +203,6 @@ def _read_parquet(path: Path) -> RequestTable:
     lengths = np.asarray(pc.list_value_length(times).to_numpy(zero_copy_only=False), dtype=np.int64)
     columns = {name: t.column(name).to_numpy(zero_copy_only=False) for name in COLUMNS
                if name not in ("request_id", "token_times_s", "rejected", "run_id")}
-    return _table(columns, t.column("request_id").to_pylist(), t.column("rejected").to_pylist(),
-                  t.column("run_id").to_pylist(), lengths, np.asarray(times.flatten().to_numpy(), dtype=np.float64))
+    return RequestTable.from_columns(columns, t.column("request_id").to_pylist(), t.column("rejected").to_pylist(),
+                                     t.column("run_id").to_pylist(), lengths,
+                                     np.asarray(times.flatten().to_numpy(), dtype=np.float64))
