@@ -55,8 +55,11 @@ class _RowFile:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not path.exists() or path.stat().st_size == 0
+            self.header = None
+            if not fresh:
+                with open(path, newline="") as f:
+                    self.header = next(csv.reader(f))
             self.file = open(path, "a", newline="")
-            self.header = None if fresh else next(csv.reader(open(path, newline="")))
 
     def write(self, row: dict) -> None:
         if self.file is None:
