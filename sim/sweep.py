@@ -43,8 +43,15 @@ def _read_done(path: Path) -> list[dict]:
         return []
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    numeric = lambda v: v if v == "" else float(v)  # noqa: E731
-    return [{k: (v if k == "policy" else (None if v == "" else numeric(v))) for k, v in r.items()} for r in rows]
+    return [{k: (v if k == "policy" else None if v == "" else _number(v)) for k, v in r.items()} for r in rows]
+
+
+def _number(text: str) -> int | float:
+    """A runs.csv cell as the value that was written: an int (a count, a seed) or a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 class _RowFile:

@@ -158,3 +158,17 @@ def test_a_mooncake_trace_drives_the_prefix_cache(tmp_path, capsys):
     text = capsys.readouterr().out
     # every prompt after the first finds the shared 1,024-token prefix
     assert "prefix cache: 29,696 prompt tokens hit" in text and "Successful requests:                    30" in text
+
+
+def test_a_resumed_sweep_runs_only_the_points_runs_csv_lacks(trace_csv, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    args = ["sweep", "--trace", str(trace_csv), "--policy", "continuous,chunked", "--rate", "10", "--limit", "40",
+            "--jobs", "1", "--out", str(out)]
+    assert main(args) == 0
+    lines = (out / "runs.csv").read_text().splitlines()
+    assert len(lines) == 3
+    (out / "runs.csv").write_text("\n".join(lines[:2]) + "\n")  # as if interrupted after the first run
+    assert main([*args, "--resume"]) == 0
+    again = (out / "runs.csv").read_text().splitlines()
+    assert len(again) == 3 and again[:2] == lines[:2]  # the kept run is not run again
+    assert {line.split(",")[0] for line in again[1:]} == {"continuous", "chunked"}
