@@ -101,7 +101,7 @@ def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int 
             if resume and runs_csv is not None:
                 rows = _read_done(runs_csv)
                 done = {_key(r) for r in rows}
-                specs = [s for s in specs if _key({**{k: getattr(s, k) for k in AXES}, "seed": s.seed}) not in done]
+                specs = [s for s in specs if _key(vars(s)) not in done]
                 total = len(specs) + len(rows)
             bar = tqdm(total=total, initial=len(rows), desc="sweep", unit="run", disable=not progress)
             sink = _RowFile(runs_csv)
