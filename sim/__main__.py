@@ -183,6 +183,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.modal:
         check_modal(base)
+    for point in points:  # a bad point (a KV cache too small...) fails here, as a sweep's does, before any probe
+        check_spec(point)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
     with runner(args.jobs, args.modal) as run:

@@ -144,6 +144,7 @@ def test_replications_of_a_deterministic_replay_are_refused(evenly, capsys):
     (["--slo", "ttft:p99:10", "--tolerance", "0"], "--tolerance must be between 0 and 1"),
     (["--slo", "ttft:p99:10", "--search", "warp"], "argument --search: invalid choice: 'warp'"),
     (["--slo", "ttft:p99:10", "--modal", "--cost", "my.json"], "--modal: --cost 'my.json' is a file on this machine"),
+    (["--slo", "ttft:p99:10", "--kv-blocks", "10"], "--kv-blocks 10 holds 160 tokens"),
 ])
 def test_bad_input_is_one_line_and_exit_2(evenly, tmp_path, capsys, args, message):
     out = tmp_path / "never"
