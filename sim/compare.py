@@ -111,7 +111,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
     real = store.requests(row["run_id"])
     real_passes = store.passes(row["run_id"])
     result = simulate_like(row, real, cost)
-    real_m, sim_m = compute_metrics(real), compute_metrics(result.requests)
+    real_m, sim_m = compute_metrics(real), compute_metrics(result.table)
     rs, ss = stats(real_m), stats(sim_m)
     table = [{"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": ss[name][st] * 1e3,
               "error": signed(ss[name][st], rs[name][st])} for name in METRICS for st in STATS]
