@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from core.metrics import compute_metrics, parse_goodput
-from core.records import PassRecord, RequestRecord, read_pass_records, read_request_records
+from core.records import PassRecord, RequestRecord, read_pass_records
 from core.runstore import RunStore
+from sim.output import read_requests
 
 MAX_CDF_POINTS = 2000   # per curve; a longer run is drawn at this many evenly spaced ranks
 MAX_PASS_POINTS = 2000  # per run and replica; a longer pass log is drawn as the mean per interval
@@ -54,6 +55,8 @@ class Run:
 
 # ---------------------------------------------------------------- reading the directories
 
+RECORD_FILES = ("jsonl", "parquet", "csv")  # what `sim run --format` may write
+
 
 def kind_of(path: Path) -> str:
     """"run", "runs" (replications), "sweep" or "engine" for a directory this command reads;
@@ -64,9 +67,9 @@ def kind_of(path: Path) -> str:
         raise ValueError(f"{path}: not a directory (give the directory written with --out)")
     if not any(path.iterdir()):
         raise ValueError(f"{path}: empty directory, nothing to plot")
-    if (path / "requests.jsonl").exists():
+    if any((path / f"requests.{ext}").exists() for ext in RECORD_FILES):
         return "run"
-    if any(path.glob("rep*/requests.jsonl")):
+    if any(any(path.glob(f"rep*/requests.{ext}")) for ext in RECORD_FILES):
         return "runs"
     if (path / "runs.jsonl").exists():
         raise ValueError(f"{path}: an engine's results directory; give one run's directory under it, "
@@ -75,13 +78,14 @@ def kind_of(path: Path) -> str:
         return "sweep"
     if (path / "requests.jsonl.gz").exists() and (path.parent / "runs.jsonl").exists():
         return "engine"
-    raise ValueError(f"{path}: not a run or sweep directory (no requests.jsonl, runs.csv or "
-                     f"requests.jsonl.gz beside an engine's runs.jsonl)")
+    raise ValueError(f"{path}: not a run or sweep directory (no requests.jsonl, .parquet or .csv, no runs.csv, "
+                     f"no requests.jsonl.gz beside an engine's runs.jsonl)")
 
 
-def _requests(path: Path) -> list[RequestRecord]:
+def _run_requests(path: Path) -> list[RequestRecord]:
+    """A `sim run --out` directory's request records, in whichever --format it wrote them."""
     try:
-        records = read_request_records(path)
+        records = read_requests(path).records()
     except TypeError as e:
         raise ValueError(f"{path}: not request records ({e})") from None
     if not records:
@@ -113,7 +117,7 @@ def read_sim_run(path: Path) -> Run:
         label += f", disaggregated {spec['disaggregate']}"
     if path.name.startswith("rep"):
         label += f", seed {spec.get('seed', path.name)}"
-    return Run(label, path, _requests(path / "requests.jsonl"), _passes(path / "passes.jsonl"),
+    return Run(label, path, _run_requests(path), _passes(path / "passes.jsonl"),
                spec.get("block_size"), spec.get("kv_blocks"))
 
 

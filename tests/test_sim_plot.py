@@ -204,3 +204,18 @@ def test_the_charts_load_no_torch():
     code = ("import sys, sim.__main__, sim.plot, sim.compare, sim.sweep, altair, vl_convert; "
             "assert 'torch' not in sys.modules, 'torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_run_written_in_another_format_is_read_the_same(made, tmp_path, fmt):
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow", reason="--format parquet needs the parquet extra")
+    out = tmp_path / fmt
+    assert main(["run", "--trace", str(made / "trace.csv"), "--policy", "continuous", "--format", fmt,
+                 "--out", str(out)]) == 0
+    assert not (out / "requests.jsonl").exists()
+    assert plot.kind_of(out) == "run"
+    got = plot.read_sim_run(out).requests
+    want = read_request_records(made / "continuous" / "requests.jsonl")
+    assert [(r.request_id, r.first_token_s, r.finish_s) for r in got] == \
+        [(r.request_id, r.first_token_s, r.finish_s) for r in want]
