@@ -75,7 +75,7 @@ def ceilings(gpu_keys: list[str]) -> pd.DataFrame:
     rows = []
     for key in gpu_keys:
         gpu = get_gpu(key)
-        ridge = gpu.fp16_tflops * 1e12 / (gpu.bandwidth_gbs * 1e9)
+        ridge = gpu.ridge_flop_per_byte
         for x in sorted({*(10 ** (k / 8) for k in range(-8, 33)), ridge}):
             rows.append({"gpu": gpu.name,
                          "flop_per_byte": x, "tflops": min(gpu.bandwidth_gbs * 1e9 * x, gpu.fp16_tflops * 1e12) / 1e12})
@@ -128,7 +128,7 @@ def batch_curve_chart(groups: dict):
             if key:
                 gpu = get_gpu(key)
                 flops, nbytes = decode_work(model, engine, runs[0])
-                step = max(nbytes / (gpu.bandwidth_gbs * 1e9), flops / (gpu.fp16_tflops * 1e12))
+                step = gpu.floor_s(nbytes, flops)
                 roof.append({"engine": f"roofline ceiling, {gpu.name}", "batch": batch, "tok_s": batch / step})
     df = pd.DataFrame(rows)
     x = alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="batch size (sequences decoding, p256)")

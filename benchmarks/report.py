@@ -62,7 +62,6 @@ def prefill_work(model, row: dict) -> tuple[float, float]:
 
 def table(groups: dict, gpu_name: str) -> str:
     model, gpu = get_preset("qwen2.5-1.5b"), get_gpu(gpu_name)
-    bw, peak = gpu.bandwidth_gbs * 1e9, gpu.fp16_tflops * 1e12
     weights, kv = model.weight_bytes_read_per_pass(), model.kv_bytes_per_token()
     hf = {(p, b): rows for (e, _, p, b), rows in groups.items() if e == "hf"}
     out = ["| engine | mode | case | ms | tok/s | achieved | % of floor | Hugging Face |",
@@ -83,7 +82,7 @@ def table(groups: dict, gpu_name: str) -> str:
             continue
         itl = med(rows, "mean_itl_ms") / 1e3
         flops, step_bytes = decode_work(model, engine, rows[0])
-        floor = max(step_bytes / bw, flops / peak)
+        floor = gpu.floor_s(step_bytes, flops)
         achieved = f"{flops / itl / 1e12:,.0f} TFLOP/s" if engine == "naive" else f"{step_bytes / itl / 1e9:,.0f} GB/s"
         out.append(f"| {engine} | {mode} | decode {prompt} x{batch} | {itl * 1e3:.3f} | {batch / itl:,.0f} | "
                    f"{achieved} | {100 * floor / itl:.0f}% | "
@@ -93,7 +92,7 @@ def table(groups: dict, gpu_name: str) -> str:
             flops, _ = prefill_work(model, rows[0])
             out.append(f"| {engine} | {mode} | prefill {prompt} (TTFT) | {ttft * 1e3:.2f} | "
                        f"{rows[0]['prompt_tokens'] / ttft:,.0f} | {flops / ttft / 1e12:,.0f} TFLOP/s | "
-                       f"{100 * max(flops / peak, weights / bw) / ttft:.0f}% | "
+                       f"{100 * gpu.floor_s(weights, flops) / ttft:.0f}% | "
                        + hf_cell(prompt, batch, "mean_ttft_ms", lambda v: f"{v:.2f} ms") + " |")
     floors = (f"Floors on {gpu.name}: {gpu.bandwidth_gbs:,.0f} GB/s and {gpu.fp16_tflops:,.0f} TFLOP/s "
               f"({gpu.source}). Decode moves {weights / 1e9:.2f} GB of weights plus {kv:,} bytes per cached "

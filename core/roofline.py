@@ -32,6 +32,16 @@ class GPUSpec:
     free_gib: float | None = None
     source: str = "datasheet"
 
+    def floor_s(self, nbytes: float, flops: float = 0.0) -> float:
+        """The roofline's time for work that moves `nbytes` and does `flops`: the larger of the
+        two at the card's rates."""
+        return max(nbytes / (self.bandwidth_gbs * 1e9), flops / (self.fp16_tflops * 1e12))
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        """FLOPs per byte above which work is compute-bound on this card."""
+        return self.fp16_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
+
 
 GPUS: dict[str, GPUSpec] = {
     # The seed's card; 19 GiB free is what the seed measured after loading the model.
@@ -113,7 +123,7 @@ def roofline(model: ModelConfig, gpu: GPUSpec, dtype_bytes: int = 2, prompt_toke
     return Roofline(
         model=model.name, gpu=gpu.name, weight_bytes=weight_bytes, batch1_floor_ms=floor_s * 1e3,
         batch1_ceiling_tok_s=1.0 / floor_s, kv_bytes_per_token=kv,
-        ridge_flop_per_byte=gpu.fp16_tflops * 1e12 / (gpu.bandwidth_gbs * 1e9),
+        ridge_flop_per_byte=gpu.ridge_flop_per_byte,
         free_for_cache_gib=free, free_measured=measured, cache_token_positions=positions,
         cache_requests=positions // request_tokens, request_tokens=request_tokens,
     )

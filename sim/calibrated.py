@@ -231,7 +231,7 @@ class CalibratedCost:
         bw, fl = gpu.bandwidth_gbs / measured_on.bandwidth_gbs, gpu.fp16_tflops / measured_on.fp16_tflops
 
         def roof(m: int, spec: GPUSpec) -> float:
-            return max(self.weight_bytes / (spec.bandwidth_gbs * 1e9), m * self.flops_per_token / (spec.fp16_tflops * 1e12))
+            return spec.floor_s(self.weight_bytes, m * self.flops_per_token)
 
         out = copy.deepcopy(self)
         out.p1 = dict(self.p1, fixed_s=self.p1["fixed_s"] * roof(1, gpu) / roof(1, measured_on),  # the weights' read
