@@ -139,6 +139,17 @@ class ReplicaHandle:
         return self._kv.value
 
 
+def _from_each(outbox, replicas: int, failure: str) -> dict:
+    """One message from every replica (its index -> payload); a replica's error is raised."""
+    got = {}
+    while len(got) < replicas:
+        kind, i, payload = outbox.get()
+        if kind == "error":
+            raise RuntimeError(f"replica {i} {failure}:\n{payload}")
+        got[i] = payload
+    return got
+
+
 def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, run_dir: Path, run_id: str,
                 seed: int = 0, gpus: list[int] | None = None, progress=None) -> dict:
     """Serve `requests` (arrival order) on `replicas` replica processes behind `router`; the
@@ -166,12 +177,7 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    blocks = {}
-    while len(blocks) < replicas:
-        kind, i, payload = outbox.get()
-        if kind == "error":
-            raise RuntimeError(f"replica {i} failed to start:\n{payload}")
-        blocks[i] = payload
+    blocks = _from_each(outbox, replicas, "failed to start")
     handles = [ReplicaHandle(i, done[i], loads[i]) for i in range(replicas)]
     pick = make_router(router, seed)
     start_at = time.perf_counter() + 0.2
@@ -192,12 +198,7 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
         interrupted = True
     for box in inboxes:
         box.put(None)
-    finished = {}
-    while len(finished) < replicas:
-        kind, i, payload = outbox.get()
-        if kind == "error":
-            raise RuntimeError(f"replica {i} failed:\n{payload}")
-        finished[i] = payload
+    finished = _from_each(outbox, replicas, "failed")
     for p in processes:
         p.join(timeout=30)
     merge_replicas(run_dir, replicas)
