@@ -35,7 +35,7 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="auto")
     p.add_argument("--max-batch", type=number(int, low=1), default=None,
-                   help="largest decode batch (default 512; CPU 8)")
+                   help="largest decode batch (default 1024; CPU 8)")
     p.add_argument("--max-context", type=number(int, low=16), default=None,
                    help="longest context (default 16384; CPU 256)")
     p.add_argument("--repeats", type=number(int, low=1), default=3,
@@ -61,7 +61,7 @@ def sweep_main(argv: list[str]) -> int:
         dtype = parse_dtype(args.dtype)
         kernels = args.kernels or ("triton" if gpu else "eager")
         graphs = args.graphs == "on" or (args.graphs == "auto" and gpu and kernels == "triton")
-        max_batch = args.max_batch or (512 if gpu else 8)
+        max_batch = args.max_batch or (1024 if gpu else 8)
         max_context = args.max_context or (16384 if gpu else 256)
         if args.repeats < 1 or max_batch < 1 or max_context < 16:
             raise ValueError("--repeats and --max-batch must be >= 1, --max-context >= 16")

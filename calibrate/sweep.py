@@ -46,7 +46,8 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
     """The sweep's grid (a few hundred shapes): decode, prefill, mixed."""
     rng = random.Random(seed)
     shapes = []
-    sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200} & set(range(1, max_batch + 1)))
+    sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200, 300, 600, 1000}
+                   & set(range(1, max_batch + 1)))
     contexts = [c for c in (16, 128, 512, 2048, 8192, 16384) if c <= max_context]
     for b in sizes:
         for c in contexts:
@@ -57,7 +58,10 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
             if n <= max_context and c <= max_context:
                 shapes.append(Shape(f"prefill n{n} c{c}", ((c, n),)))
     for count, n in ((2, 512), (4, 256), (4, 1024), (8, 64), (8, 256), (16, 128), (3, 2048), (32, 16),
-                     (8, 2048), (16, 1024), (32, 1024), (24, 1344), (4, 4096), (64, 256)):
+                     (8, 2048), (16, 1024), (32, 1024), (24, 1344), (4, 4096), (64, 256),
+                     # passes of more than 8,192 tokens (no graph: launched kernel by kernel), as a
+                     # saturated engine builds them up to max_num_batched_tokens
+                     (128, 128), (32, 512), (6, 2048), (3, 4096), (64, 512), (16, 2048), (8, 4096), (2, 16384)):
         if n <= max_context:
             shapes.append(Shape(f"prompts {count}x{n}", tuple((0, n) for _ in range(count))))
     for n in (128, 512, 1024, 2048):

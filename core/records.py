@@ -59,7 +59,10 @@ class PassRecord:
             kernels launched one by one), "eager" (plain PyTorch); "" when not recorded.
         padded_to: the batch size a CUDA graph ran it at (its rows past the real batch are
             padding), 0 when not padded.
-        host_s: host time spent planning and launching the pass (the continuous engine).
+        host_s: host time spent planning the pass before its launch (the continuous engine).
+        launch_s: host time spent launching it (staging its inputs, replaying or launching its
+            kernels), after `start_s` was stamped on the GPU (the continuous engine; 0 when not
+            recorded).
     """
 
     run_id: str
@@ -74,6 +77,7 @@ class PassRecord:
     mode: str = ""
     padded_to: int = 0
     host_s: float = 0.0
+    launch_s: float = 0.0
 
     @property
     def batch_size(self) -> int:

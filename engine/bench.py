@@ -28,7 +28,7 @@ from core.metrics import compute_metrics
 from core.roofline import GIB, GPUS, get_gpu, roofline
 from core.runstore import RunStore
 from engine.engines import ENGINES, Generation, check_fits, generate
-from engine.prompts import PROMPT_LENGTHS, parse_prompts, prompt_ids
+from engine.prompts import PROMPT_LENGTHS, batch_prompts, longest_prompt, parse_prompts
 from engine.provenance import device_memory, provenance, resolve_device
 from engine.weights import load_model, parse_dtype
 
@@ -98,7 +98,7 @@ def run_row(gen: Generation, engine: str, prompt: str, batch: int, index: int, s
     records = gen.request_records(run_id)
     metrics = compute_metrics(records).as_row()
     itl_s = metrics["mean_itl_ms"] / 1e3
-    row = {"engine": engine, "mode": mode, "prompt": prompt, "prompt_tokens": gen.prompt_lens[0],
+    row = {"engine": engine, "mode": mode, "prompt": prompt, "prompt_tokens": round(statistics.fmean(gen.prompt_lens)),
            "batch_size": batch, "new_tokens": len(gen.step_times_s), "run": index, "status": "ok",
            "error": None, "run_id": run_id}
     row.update(metrics)
@@ -108,7 +108,7 @@ def run_row(gen: Generation, engine: str, prompt: str, batch: int, index: int, s
 
 
 def failure_row(engine: str, prompt: str, batch: int, status: str, error: str, setup: Setup) -> dict:
-    return {"engine": engine, "mode": setup.mode, "prompt": prompt, "prompt_tokens": PROMPT_LENGTHS[prompt],
+    return {"engine": engine, "mode": setup.mode, "prompt": prompt, "prompt_tokens": longest_prompt(prompt),
             "batch_size": batch, "new_tokens": setup.new_tokens, "run": None, "status": status,
             "error": error, "run_id": None} | setup.meta
 
@@ -132,13 +132,12 @@ def summarize(rows: list[dict], setup: Setup) -> str:
 
 def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, checkpoint: str | None) -> list[dict]:
     """Warm up, then record; returns the recorded rows (each written to disk as it finishes)."""
-    ids = prompt_ids(prompt, checkpoint)
-    check_fits(setup.model, [len(ids)], setup.new_tokens)
-    prompts = [ids] * batch
+    prompts = batch_prompts(prompt, batch, checkpoint)
+    check_fits(setup.model, [len(p) for p in prompts], setup.new_tokens)
     store = RunStore(setup.store_root / STORE_NAMES.get(engine, engine))
     if engine == "continuous":
         from engine.continuous import closed_run
-        runner = setup.continuous_runner(batch, len(ids) + setup.new_tokens)
+        runner = setup.continuous_runner(batch, max(map(len, prompts)) + setup.new_tokens)
         run = lambda run_id: closed_run(runner, prompts, setup.new_tokens, run_id)  # noqa: E731
         mode = runner.mode_name
     elif engine == "hf":
@@ -177,7 +176,7 @@ def build_parser() -> ArgumentParser:
                         "static-cache generate on the same weights")
     p.add_argument("--prompts", default=None,
                    help=f"comma-separated prompt names (default on a GPU: all, {GPU_DEFAULTS['prompts']}; "
-                        f"on a CPU: {CPU_DEFAULTS['prompts']})")
+                        f"on a CPU: {CPU_DEFAULTS['prompts']}); mix: a batch of the five in turn")
     p.add_argument("--batch-size", default="1", help="comma-separated batch sizes, e.g. 1,2,4,...,1024 (default 1)")
     p.add_argument("--model", default=None,
                    help="preset name (random weights: qwen2.5-1.5b, tiny) or a Hugging Face checkpoint "
@@ -251,10 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         model, weights = load_model(source, dtype, device, seed=args.seed)
         for prompt in prompts:  # fail before measuring anything, not halfway through
             try:
-                check_fits(model, [PROMPT_LENGTHS[prompt]], args.new_tokens)
+                check_fits(model, [longest_prompt(prompt)], args.new_tokens)
             except ValueError as e:
                 raise ValueError(f"--prompts {prompt} --new-tokens {args.new_tokens}: {e}") from None
-        check_memory(model, max(sizes), max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens, dtype, device)
+        check_memory(model, max(sizes), max(longest_prompt(p) for p in prompts) + args.new_tokens, dtype, device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -285,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "hf":
         setup.mode = "static-cache generate" + (" (compiled)" if device.type == "cuda" else "")
     setup.max_batch = max(sizes)
-    setup.max_tokens = max(PROMPT_LENGTHS[p] for p in prompts) + args.new_tokens
+    setup.max_tokens = max(longest_prompt(p) for p in prompts) + args.new_tokens
     print(f"model {source} ({weights} weights, {meta['dtype']}) on {meta['gpu']}, torch {meta['torch']}, "
           f"commit {meta['git_commit']}, decode {setup.mode}; rows go to "
           f"{out_dir / STORE_NAMES.get(args.engine, args.engine)}")

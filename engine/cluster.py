@@ -75,10 +75,26 @@ class QueueArrivals:
         return self.closed and not self.pending
 
 
-def _worker(index: int, spec: WorkerSpec, inbox, outbox, done_count, kv_load, run_dir: str, run_id: str) -> None:
+def cpu_shares(cpus: list[int], replicas: int) -> tuple[list[int], list[list[int]]]:
+    """The cores of this machine split between the router (the main process) and the replicas,
+    disjoint, so that no replica's host loop waits for a core another process is using; when
+    there are fewer than two cores a process, everyone shares them all."""
+    if len(cpus) < 2 * replicas + 1:
+        return cpus, [cpus] * replicas
+    each = (len(cpus) - 1) // replicas
+    return cpus[:1], [cpus[1 + i * each:1 + (i + 1) * each] for i in range(replicas)]
+
+
+def _worker(index: int, spec: WorkerSpec, inbox, outbox, done_count, kv_load, run_dir: str, run_id: str,
+            cpus: list[int] | None = None) -> None:
     """One replica: build the engine, say ready, wait for the start time, serve what comes."""
     try:
         import torch
+
+        if cpus is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cpus)
+        if spec.device == "cuda":  # the host only plans and launches: one thread, no spinning pool
+            torch.set_num_threads(1)
 
         from core.kv import BlockPool
         from core.runstore import OpenRunWriter, RunStore
@@ -164,12 +180,18 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
     run_dir.mkdir(parents=True, exist_ok=True)
     processes = []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    pinned = spec.device == "cuda" and hasattr(os, "sched_getaffinity")
+    if pinned:
+        all_cpus = sorted(os.sched_getaffinity(0))
+        router_cpus, replica_cpus = cpu_shares(all_cpus, replicas)
+    else:
+        router_cpus, replica_cpus = None, [None] * replicas
     try:
         for i in range(replicas):
             if spec.device == "cuda":  # one GPU a replica, seen as cuda:0 inside it
                 os.environ["CUDA_VISIBLE_DEVICES"] = str((gpus or list(range(replicas)))[i])
-            p = ctx.Process(target=_worker, args=(i, spec, inboxes[i], outbox, done[i], loads[i], str(run_dir), run_id),
-                            daemon=True)
+            p = ctx.Process(target=_worker, args=(i, spec, inboxes[i], outbox, done[i], loads[i], str(run_dir), run_id,
+                                                  replica_cpus[i]), daemon=True)
             p.start()
             processes.append(p)
     finally:
@@ -178,6 +200,8 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = visible
     blocks = _from_each(outbox, replicas, "failed to start")
+    if pinned:
+        os.sched_setaffinity(0, router_cpus)
     handles = [ReplicaHandle(i, done[i], loads[i]) for i in range(replicas)]
     pick = make_router(router, seed)
     start_at = time.perf_counter() + 0.2
@@ -199,6 +223,8 @@ def run_cluster(requests: list, spec: WorkerSpec, replicas: int, router: str, ru
     for box in inboxes:
         box.put(None)
     finished = _from_each(outbox, replicas, "failed")
+    if pinned:
+        os.sched_setaffinity(0, all_cpus)
     for p in processes:
         p.join(timeout=30)
     merge_replicas(run_dir, replicas)

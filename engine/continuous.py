@@ -31,6 +31,7 @@ import torch
 
 from core.records import PassRecord, RequestRecord, pass_kind
 from core.scheduler import ScheduledPass, Scheduler, Sequence
+from engine.host_buffers import Downloads, EventPool, Uploads
 from engine.model import Qwen2
 from engine.paged import Batch, PagedKVCache, forward_eager
 from engine.paged_fast import PagedFastPath, graph_buckets  # noqa: F401 (graph_buckets: the buckets' rule)
@@ -122,7 +123,9 @@ class Launched:
     host_s: float                # host time spent planning and launching it
     marks: tuple                 # (start, end) clock marks
     finished: list[Sequence] = field(default_factory=list)
-    sampled_host: torch.Tensor | None = None
+    sampled_host: torch.Tensor | None = None   # a pinned buffer the sampled tokens are copied into
+    copied: object = None                      # the event that says the copy is done
+    launch_s: float = 0.0                        # host time inside `launch`
 
 
 class ModelRunner:
@@ -146,6 +149,8 @@ class ModelRunner:
             self.fast = PagedFastPath(model, cache, max_num_seqs, graphs, b1_tiles, static_decode)
         self.buckets = self.fast.buckets if graphs else []
         self.clock = PassClock(self.device)
+        self.uploads = Uploads(self.device, torch.int32)
+        self.downloads = Downloads(max_num_seqs) if self.cuda else None
         self.swapped: dict[int, torch.Tensor] = {}  # id(seq) -> its swapped-out blocks, on the host
 
     @property
@@ -157,14 +162,7 @@ class ModelRunner:
         """The batch's index arrays on the device: packed into one int32 array, copied in one go."""
         parts = [host.tokens, host.positions, host.slots, host.block_tables.ravel(), host.context_lens,
                  host.seq_lens, host.query_start, host.sample_rows]
-        packed = torch.from_numpy(np.concatenate(parts).astype(np.int32))
-        if self.cuda:
-            packed = packed.pin_memory().to(self.device, non_blocking=True)
-        views, at = [], 0
-        for a in parts:
-            views.append(packed[at:at + a.size])
-            at += a.size
-        tokens, positions, slots, tables, context_lens, seq_lens, query_start, sample_rows = views
+        tokens, positions, slots, tables, context_lens, seq_lens, query_start, sample_rows = self.uploads.upload(parts)
         return Batch(tokens=tokens, positions=positions, slots=slots,
                      block_tables=tables.view(host.block_tables.shape), context_lens=context_lens, seq_lens=seq_lens,
                      query_start=query_start, sample_rows=sample_rows, num_decode=host.num_decode,
@@ -173,6 +171,7 @@ class ModelRunner:
     def launch(self, index: int, plan: ScheduledPass, host: HostBatch, previous: Launched | None,
                host_s: float) -> Launched:
         """Start the pass on the device (asynchronously on a GPU); copies of swapped caches first."""
+        entered = time.perf_counter()
         start = self.clock.mark()
         self.swap(plan)
         rows, src = host.from_previous
@@ -183,8 +182,8 @@ class ModelRunner:
         else:
             batch = self.to_device(host)
             if len(rows):
-                where = torch.from_numpy(np.concatenate([rows, src]))
-                where = where.pin_memory().to(self.device, non_blocking=True) if self.cuda else where
+                where, = self.uploads.upload([np.concatenate([rows, src])])
+                where = where.long()
                 batch.tokens[where[:len(rows)]] = previous.sampled[where[len(rows):]].to(batch.tokens.dtype)
             if self.fast is not None:
                 sampled, mode = self.fast.forward(batch), "triton"
@@ -196,8 +195,8 @@ class ModelRunner:
             sampled = sampled.clone()
         launched = Launched(index, plan, host, sampled, mode, padded, host_s, (start, end))
         if self.cuda:  # in stream order, before the next pass can overwrite a graph's output
-            launched.sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
-            launched.sampled_host.copy_(sampled, non_blocking=True)
+            launched.sampled_host, launched.copied = self.downloads.start(sampled)
+        launched.launch_s = time.perf_counter() - entered
         return launched
 
     def swap(self, plan: ScheduledPass) -> None:
@@ -219,8 +218,14 @@ class ModelRunner:
         """Wait for a pass; its sampled tokens (batch order) and its start and end, in seconds
         since the clock's start."""
         start, end = self.clock.seconds(*launched.marks)
-        sampled = launched.sampled_host if launched.sampled_host is not None else launched.sampled
-        return sampled.tolist(), start, end
+        self.clock.release(*launched.marks)
+        if launched.sampled_host is None:
+            return launched.sampled.tolist(), start, end
+        launched.copied.synchronize()
+        tokens = launched.sampled_host[:launched.sampled.numel()].tolist()
+        self.downloads.give_back(launched.sampled_host, launched.copied)
+        launched.sampled_host = None
+        return tokens, start, end
 
 
 class PassClock:
@@ -232,6 +237,7 @@ class PassClock:
         self.t0 = time.perf_counter()
         self.origin = None
         self.offset = 0.0  # seconds from the run's 0 to the GPU origin event
+        self.events = EventPool(enable_timing=True) if self.cuda else None
 
     def zero(self, at: float | None = None) -> None:
         """Start the run's clock: time 0 is this moment, or the host time `at` (perf_counter,
@@ -249,11 +255,12 @@ class PassClock:
         return time.perf_counter() - self.t0
 
     def mark(self):
+        return self.events.record() if self.cuda else self.now()
+
+    def release(self, *marks) -> None:
+        """Marks whose times have been read, for reuse."""
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return self.now()
+            self.events.release(*marks)
 
     def seconds(self, start, end) -> tuple[float, float]:
         if self.cuda:
@@ -365,7 +372,8 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
         record = PassRecord(run_id=run_id, engine="continuous", step=done.index,
                             kind=pass_kind(plan.new_tokens, plan.context_lens), new_tokens=list(plan.new_tokens),
                             context_lens=list(plan.context_lens), start_s=start, duration_s=end - start,
-                            mode=done.mode, padded_to=done.padded_to, host_s=done.host_s, replica=replica)
+                            mode=done.mode, padded_to=done.padded_to, host_s=done.host_s, launch_s=done.launch_s,
+                            replica=replica)
         passes.append(record)
         if on_pass is not None:
             on_pass(record)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from engine.cuda_graphs import _Graph
 from engine.fast_path import FastPath
+from engine.host_buffers import Uploads
 from engine.kernels.attention import PagedDecodeAttention
 from engine.kernels.elementwise import rope_and_paged_cache
 from engine.kernels.pdl import pdl_available
@@ -70,6 +71,7 @@ class PagedFastPath:
         self.buckets = graph_buckets(max_batch)
         self.token_buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)
         self.seq_buckets = powers_of_two(1, max_batch)
+        self.uploads = Uploads(self.device, torch.int64)
         self.graphs: dict[int, _Graph] = {}
         self.prefill_graphs: dict[tuple[int, int], _Graph] = {}
         if graphs or static_decode:
@@ -183,15 +185,8 @@ class PagedFastPath:
         return next(b for b in self.buckets if b >= batch)
 
     def stage(self, parts: list[np.ndarray]) -> list[Tensor]:
-        """Host arrays onto the device in one copy (from pinned memory on a GPU): their views."""
-        packed = torch.from_numpy(np.concatenate(parts).astype(np.int64))
-        if self.device.type == "cuda":
-            packed = packed.pin_memory().to(self.device, non_blocking=True)
-        views, at = [], 0
-        for a in parts:
-            views.append(packed[at:at + a.size])
-            at += a.size
-        return views
+        """Host arrays onto the device in one copy (from reused pinned memory on a GPU): their views."""
+        return self.uploads.upload(parts)
 
     @staticmethod
     def take_previous(tokens: Tensor, index: Tensor, previous: Tensor | None) -> None:

@@ -56,12 +56,29 @@ def prompt_ids(name: str, checkpoint: str | Path | None = None) -> list[int]:
     return list(ids[:n])
 
 
+MIX = "mix"  # a batch of the five prompts in turn: p16, p64, p256, p1024, p4096, p16, ...
+
+
+def batch_prompts(name: str, batch: int, checkpoint: str | Path | None = None) -> list[list[int]]:
+    """A batch of `batch` prompts: prompt `name` each time, or for `mix` the five in turn (the
+    seed's open workload draws its prompts from the same five)."""
+    if name == MIX:
+        names = list(PROMPT_LENGTHS)
+        return [prompt_ids(names[i % len(names)], checkpoint) for i in range(batch)]
+    return [prompt_ids(name, checkpoint)] * batch
+
+
+def longest_prompt(name: str) -> int:
+    """The longest prompt `name` puts in a batch, in tokens."""
+    return max(PROMPT_LENGTHS.values()) if name == MIX else PROMPT_LENGTHS[name]
+
+
 def parse_prompts(spec: str) -> list[str]:
-    """'p16,p256' -> ['p16', 'p256'], checking every name."""
+    """'p16,p256' -> ['p16', 'p256'], checking every name (`mix`: the five in turn in one batch)."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("no prompt given; use names like p256 or p16,p64")
     for name in names:
-        if name not in PROMPT_LENGTHS:
-            raise ValueError(f"unknown prompt {name!r}; known: {', '.join(PROMPT_LENGTHS)}")
+        if name not in PROMPT_LENGTHS and name != MIX:
+            raise ValueError(f"unknown prompt {name!r}; known: {', '.join(PROMPT_LENGTHS)}, {MIX}")
     return names

@@ -158,3 +158,11 @@ def test_hugging_face_generate_gives_the_cached_engines_tokens():
     model = build_random("tiny", dtype="float32", seed=1, std=0.3)
     prompt = [[(5 * i + 11) % 150000 for i in range(13)]]
     assert HFBaseline(model).generate(prompt, 10).tokens == generate(model, prompt, 10, engine="cached").tokens
+
+
+def test_a_mix_batch_holds_the_five_prompts_in_turn():
+    from engine.prompts import PROMPT_LENGTHS, batch_prompts, longest_prompt, parse_prompts
+    batch = batch_prompts("mix", 7)
+    assert [len(p) for p in batch] == [16, 64, 256, 1024, 4096, 16, 64]
+    assert longest_prompt("mix") == 4096 and longest_prompt("p64") == PROMPT_LENGTHS["p64"]
+    assert parse_prompts("p16,mix") == ["p16", "mix"]

@@ -24,3 +24,12 @@ def test_two_replicas_behind_the_router_serve_every_request(tmp_path, capsys):
             sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in mine)
     for r in requests:  # one clock: token times after arrival, in order
         assert r["token_times_s"][0] > r["arrival_s"] and r["token_times_s"] == sorted(r["token_times_s"])
+
+
+def test_cpu_shares_are_disjoint_and_leave_the_router_a_core():
+    from engine.cluster import cpu_shares
+    router, replicas = cpu_shares(list(range(32)), 2)
+    assert router == [0] and replicas == [list(range(1, 16)), list(range(16, 31))]
+    assert not set(router) & set(replicas[0]) and not set(replicas[0]) & set(replicas[1])
+    router, replicas = cpu_shares([0, 1, 2, 3], 2)  # fewer than two cores a process: all share
+    assert router == [0, 1, 2, 3] and replicas == [[0, 1, 2, 3]] * 2

@@ -130,3 +130,25 @@ def test_continuous_engine_keeps_its_tokens_through_preemption(model):
     assert sum(r.preemptions for r in res.requests) > 0
     for i, p in enumerate(prompts):
         check_against_eager(model, p, res.tokens[f"r{i}"])
+
+
+def test_reused_pinned_uploads_and_downloads_carry_each_passs_own_values():
+    """Buffers are reused in turn: many uploads in flight, each arrives with its own values."""
+    import numpy as np
+
+    from engine.host_buffers import Downloads, Uploads
+    uploads, downloads = Uploads(torch.device("cuda"), torch.int32, slots=2), Downloads(64)
+    rng = np.random.default_rng(0)
+    sent, got = [], []
+    for i in range(20):
+        parts = [rng.integers(0, 1000, rng.integers(1, 3000)) for _ in range(3)]
+        torch.cuda._sleep(1_000_000)  # a busy GPU: the copies queue behind it
+        views = uploads.upload(parts)
+        sent.append([p.tolist() for p in parts])
+        got.append([v.clone() for v in views])
+        buffer, done = downloads.start(views[0][:64].long() + i)
+        done.synchronize()
+        assert buffer[:min(64, parts[0].size)].tolist() == [x + i for x in parts[0][:64].tolist()]
+        downloads.give_back(buffer, done)
+    assert [[v.tolist() for v in g] for g in got] == sent
+    assert len(downloads.free) == 1  # one buffer served every pass

@@ -1,0 +1,88 @@
+"""Pinned host memory a pass reuses, and CUDA events it reuses, instead of new ones every pass.
+
+A pass sends a few small index arrays to the GPU and brings its sampled tokens back. Pinning a
+fresh buffer and creating fresh events for each pass asks the driver for memory and events
+hundreds of times a second; on a host shared by several replica processes such calls were
+suspected of stalling a launch (`results/continuous/README.md`). Here each buffer is pinned
+once and reused once the GPU has finished with it (an event recorded after its copy says when).
+On a CPU device the same calls work on ordinary memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class EventPool:
+    """CUDA events handed out and taken back (one pass's start and end marks, copy fences)."""
+
+    def __init__(self, enable_timing: bool):
+        self.enable_timing, self.free = enable_timing, []
+
+    def record(self) -> torch.cuda.Event:
+        event = self.free.pop() if self.free else torch.cuda.Event(enable_timing=self.enable_timing)
+        event.record()
+        return event
+
+    def release(self, *events) -> None:
+        self.free.extend(events)
+
+
+class Uploads:
+    """Host arrays packed into one pinned buffer and copied to the device in one go. Buffers
+    are used in turn; one is written again only after its previous copy has completed."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, slots: int = 4):
+        self.device, self.dtype = device, dtype
+        self.cuda = device.type == "cuda"
+        self.buffers: list[Tensor | None] = [None] * slots
+        self.copied = [torch.cuda.Event() if self.cuda else None for _ in range(slots)]
+        self.used = [False] * slots
+        self.next = 0
+
+    def upload(self, parts: list[np.ndarray]) -> list[Tensor]:
+        """`parts` concatenated, cast to the dtype, on the device: one view per part."""
+        n = sum(a.size for a in parts)
+        if not self.cuda:
+            packed = torch.from_numpy(np.concatenate(parts).astype(np.dtype(str(self.dtype).removeprefix("torch."))))
+        else:
+            slot = self.next
+            self.next = (slot + 1) % len(self.buffers)
+            if self.used[slot]:
+                self.copied[slot].synchronize()
+            buffer = self.buffers[slot]
+            if buffer is None or buffer.numel() < n:
+                buffer = torch.empty(max(n, 2 * (buffer.numel() if buffer is not None else 0), 1024),
+                                     dtype=self.dtype, pin_memory=True)
+                self.buffers[slot] = buffer
+            np.concatenate(parts, out=buffer[:n].numpy(), casting="unsafe")
+            packed = buffer[:n].to(self.device, non_blocking=True)
+            self.copied[slot].record()
+            self.used[slot] = True
+        views, at = [], 0
+        for a in parts:
+            views.append(packed[at:at + a.size])
+            at += a.size
+        return views
+
+
+class Downloads:
+    """Pinned host buffers for a pass's sampled tokens: `take` one, start the copy into it,
+    `wait` for it when the pass is read, `give_back` once read."""
+
+    def __init__(self, size: int):
+        self.size, self.free = size, []
+
+    def start(self, sampled: Tensor) -> tuple[Tensor, torch.cuda.Event]:
+        if self.free:
+            buffer, done = self.free.pop()
+        else:
+            buffer, done = torch.empty(self.size, dtype=torch.long, pin_memory=True), torch.cuda.Event()
+        n = sampled.numel()
+        buffer[:n].copy_(sampled, non_blocking=True)
+        done.record()
+        return buffer, done
+
+    def give_back(self, buffer: Tensor, done: torch.cuda.Event) -> None:
+        self.free.append((buffer, done))
