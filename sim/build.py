@@ -198,12 +198,16 @@ def check_spec(spec: RunSpec) -> None:
     simulate_spec(spec, check_only=True)
 
 
-def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = False) -> SimResult | None:
+def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = False,
+                  cost_model=None) -> SimResult | None:
     """Build everything `spec` describes and run it (`trace` replaces spec.trace when given;
     `spec.stream` reads spec.trace a chunk at a time as the run goes, else it is loaded whole).
-    With `check_only`, stop (returning None) once everything but the trace is built."""
+    With `check_only`, stop (returning None) once everything but the trace is built.
+    `cost_model` replaces spec.cost's (a replay of measured pass times, `sim.replay`)."""
     model = get_preset(spec.model)
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
+    if cost_model is not None:
+        cost = cost_model
     if spec.gpu is not None and gpu_preset is not None and get_gpu(spec.gpu).name != gpu_preset.name:
         raise ValueError(f"--gpu {spec.gpu} but --cost {spec.cost} times passes on {gpu_preset.name}; drop --gpu, or "
                          f"project a calibration with --cost calibrated:NAME@{spec.gpu}")

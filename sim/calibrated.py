@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Sequence
 
 from core.roofline import GPUSpec
+from sim.host import HostTime
 from traces.trace import MAX_ARRIVAL_S
 
 FORMAT = "llm-sim-cost/v2"
@@ -99,6 +100,7 @@ class CalibratedCost:
                         for k, v in graph.items()}
         self.pp = self._values(p, "prefill", ("fixed_s", "weight_gbs", "matmul_tflops", "kv_gbs", "attention_tflops",
                                               "serial_s_per_token", "per_seq_s"))
+        self.host = HostTime.from_dict(d.get("host"), source)  # optional: the engine's host time (sim.host)
 
     def _number(self, v, where: str) -> float:
         """A parameter: seconds from 0 to MAX_ARRIVAL_S, or a rate (GB/s, TFLOP/s) of 0 or at least MIN_RATE."""

@@ -57,20 +57,23 @@ def trace_of(requests: list[RequestRecord], name: str) -> Trace:
                  np.array([r.max_output_tokens for r in order]), [r.request_id for r in order], name=name)
 
 
-def simulate_like(row: dict, requests: list[RequestRecord], cost: str):
-    """The simulation of an engine run: its requests, its configuration."""
+def simulate_like(row: dict, requests: list[RequestRecord], cost, fast_forward: bool = True):
+    """The simulation of an engine run: its requests, its configuration (`cost`: a --cost
+    string, or a cost model object such as `sim.replay.MeasuredPasses`)."""
     from sim.build import RunSpec, simulate_spec
     kv_blocks = row["kv_blocks"]
     if isinstance(kv_blocks, list):  # a row of several replicas may list each one's (they are equal GPUs)
         kv_blocks = min(kv_blocks)
-    spec = RunSpec(trace=row["run_id"], policy=row["policy"], cost=cost, model=row["model"],
+    spec = RunSpec(trace=row["run_id"], policy=row["policy"], model=row["model"],
                    replicas=row.get("replicas") or 1, router=row.get("router") or "round-robin",
                    order=row.get("order", "fcfs"), max_num_seqs=row["max_num_seqs"],
                    max_num_batched_tokens=row["max_num_batched_tokens"], max_model_len=row["max_model_len"],
                    block_size=row["block_size"], kv_blocks=kv_blocks, preemption=row["preemption"],
                    overlap=bool(row.get("overlap")), keep_token_times=True, log_passes=True,
-                   run_id=f"sim-{row['run_id']}")
-    return simulate_spec(spec, trace=trace_of(requests, row["run_id"]))
+                   fast_forward=fast_forward, run_id=f"sim-{row['run_id']}")
+    if isinstance(cost, str):
+        return simulate_spec(spec.with_(cost=cost), trace=trace_of(requests, row["run_id"]))
+    return simulate_spec(spec, trace=trace_of(requests, row["run_id"]), cost_model=cost)
 
 
 def stats(metrics) -> dict:

@@ -23,6 +23,7 @@ from core.records import PassRecord
 from core.scheduler import ScheduledPass, Scheduler, Sequence
 from sim.cost import CostModel
 from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
+from sim.host import HostTime
 
 
 # Two instants this close are one: news that lands within TIE_S of a pass boundary is treated as
@@ -85,17 +86,24 @@ class Replica:
     overlap: the engine's overlap mode (`engine.continuous`), where each pass is planned while the
         one before it runs: a request arriving during a pass is seen by the plan made at the end of
         the next one (unless the replica would otherwise have nothing to run).
+    host: the engine's host time (`sim.host`): a pass planned while no pass is in flight (after
+        the replica slept, or, with overlap, when the plan before it found nothing) starts
+        `host.idle_delay` after it was planned; a pass planned while another runs starts when
+        that one ends.
     """
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
                  on_leave: Callable[[Sequence, "Replica"], None] | None = None, *, fast_forward: bool = True,
                  pass_log: list[PassRecord] | None = None, run_id: str = "sim", swap_link: SwapLink | None = None,
-                 overlap: bool = False):
+                 overlap: bool = False, host: HostTime | None = None):
         if scheduler.swap and swap_link is None:
             raise ValueError("a scheduler that preempts by swapping needs a swap link to price the copies")
         self.env, self.index, self.scheduler, self.cost = env, index, scheduler, cost
         self.swap_link = swap_link
         self.overlap = overlap
+        self.host = host if host is not None and not host.zero else None
+        self.in_flight = False  # the engine has a pass in flight when it plans the next (else: host delay)
+        self.woke = False  # the replica slept for lack of work since its last pass
         self.busy = False  # a pass (or a run of passes) is in flight
         self.deferred: list[Sequence] = []  # overlap: arrived during a pass, not yet seen by the scheduler
         self.last_start = 0.0  # when the last pass that ended had started
@@ -175,16 +183,22 @@ class Replica:
                 yield env.timeout(peek() - now)
                 now = env.now
             if self.deferred:
-                self.release_deferred(self.last_start)
+                self.release_deferred(self.last_start + (self.host.retire_s if self.host is not None else 0.0))
             plan = schedule(now)
             if plan is None and self.deferred:  # with nothing else to run, the engine plans again at once
                 self.release_deferred(now)
                 plan = schedule(now)
+                self.in_flight = False  # (after the pass in flight ended: the GPU waits for this plan)
             if plan is None:
                 self.busy = False
+                self.in_flight = False
                 yield from self.idle(scheduler.next_wakeup)
+                self.woke = True
                 continue
             self.busy = True
+            if self.host is not None and not self.in_flight:
+                yield env.timeout(self.host.idle_delay(plan, self.woke))
+            self.in_flight, self.woke = True, False
             # (requests deferred now are seen at the end of the next pass: that pass goes alone)
             run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) else None
             if run is None:

@@ -133,7 +133,7 @@ def simulate(trace: Trace | Iterable[Trace], make_scheduler: Callable[[], Schedu
 
     def replica(index: int, scheduler: Scheduler) -> Replica:
         return Replica(env, index, scheduler, cost, fast_forward=fast_forward, pass_log=log, run_id=run_id,
-                       swap_link=swap_link, overlap=overlap)
+                       swap_link=swap_link, overlap=overlap, host=getattr(cost, "host", None))
 
     router = router if router is not None else RoundRobin()
     if disaggregate is None:

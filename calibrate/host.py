@@ -1,0 +1,170 @@
+"""The engine's host time, measured from the committed pass logs: `python -m calibrate.host`.
+
+`sim.host.HostTime` delays a pass that an idle engine plans (nothing in flight) by
+`max(fixed_s, per_token_s * tokens) (+ wake_s after a sleep)`, and `retire_s` is how long after a
+pass ends the engine's next plan still sees arrivals. Measured here on the continuous engine's
+records under results/ (one replica, overlap on):
+
+- per_token_s: the slope of the logged host time (`PassRecord.host_s`, planning and building a
+  pass) over the tokens of the idle-start passes, closed runs of 16 to 65,536 prompt tokens
+  included; cost-model free.
+- fixed_s: the median over passes planned with nothing in flight and no sleep (every run's
+  first pass) of (end - planned - predicted): planned at 0, the cost
+  model's `predicted` GPU time; what is left is the host's planning, the launch the GPU waited
+  for, and a cold GPU's first kernels. Passes past 8,192 tokens (no CUDA graph, where the cost
+  model itself is off by 10% and more) are left out.
+- wake_s: the same median over passes an open run's engine planned after sleeping (a request
+  arrived after the previous pass ended and before this one began), planned at that arrival,
+  less max(fixed_s, per_token_s * tokens).
+- retire_s: among requests of the continuous policy's unsaturated runs that arrived while a
+  pass ran, from the end of the pass before it: the lag that best splits those that joined the
+  next pass from those that joined the one after (overlap plans a pass while the previous one
+  runs, after reading the pass before that one).
+
+    python -m calibrate.host                       # print the figures
+    python -m calibrate.host --write results/calibration/h200.json   # store them as its "host"
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.cli import ArgumentParser
+from core.runstore import RunStore
+
+MAX_GRAPH_TOKENS = 8192  # passes up to this many tokens run as CUDA graphs, where the cost model holds
+
+
+@dataclass
+class IdleStart:
+    tokens: int
+    host_s: float       # logged planning time
+    late_s: float       # end - planned - predicted
+    woke: bool          # the engine slept before planning it
+
+
+def idle_starts(rows_passes_requests, cost) -> list[IdleStart]:
+    """Passes planned with nothing in flight: each run's first (planned at 0), and in open runs
+    those an arrival woke the engine for (planned at that arrival)."""
+    out = []
+    for row, passes, requests in rows_passes_requests:
+        if not passes:
+            continue
+        arrivals = np.sort([r.arrival_s for r in requests])
+        starts = np.array([p.start_s for p in passes])
+        ends = starts + np.array([p.duration_s for p in passes])
+        for i, p in enumerate(passes):
+            if i == 0:
+                planned, woke = 0.0, False
+            else:
+                j = np.searchsorted(arrivals, ends[i - 1], side="right")
+                if j >= len(arrivals) or arrivals[j] > starts[i]:
+                    continue
+                planned, woke = float(arrivals[j]), True
+            tokens = sum(p.new_tokens)
+            late = ends[i] - planned - cost.pass_time(p.new_tokens, p.context_lens)
+            out.append(IdleStart(tokens, p.host_s, float(late), woke))
+    return out
+
+
+def joins(rows_passes_requests) -> list[tuple[float, bool]]:
+    """(arrival - end of the pass before the one in flight, joined the next pass) for requests of
+    the continuous policy, unsaturated, that arrived while a pass ran."""
+    out = []
+    for row, passes, requests in rows_passes_requests:
+        if row.get("policy") != "continuous" or row.get("median_ttft_ms", 0) > 250 or len(passes) < 2:
+            continue
+        starts = np.array([p.start_s for p in passes])
+        ends = starts + np.array([p.duration_s for p in passes])
+        taken = set()
+        for r in sorted(requests, key=lambda r: r.arrival_s):
+            i = int(np.searchsorted(ends, r.arrival_s))
+            if i == 0 or i >= len(passes) or starts[i] > r.arrival_s:
+                continue  # before the first pass, or the engine was idle
+            for j in range(i + 1, min(i + 4, len(passes))):
+                k = next((k for k, (n, c) in enumerate(zip(passes[j].new_tokens, passes[j].context_lens))
+                          if c == 0 and n == r.prompt_tokens and (j, k) not in taken), None)
+                if k is not None:
+                    taken.add((j, k))
+                    out.append((float(r.arrival_s - ends[i - 1]), j == i + 1))
+                    break
+    return out
+
+
+def best_split(points: list[tuple[float, bool]], window_s: float = 200e-6) -> float:
+    """The lag t minimising the requests put on the wrong side: joined the next pass though they
+    arrived after t, or missed it though they arrived before t (offsets within `window_s`)."""
+    near = sorted(p for p in points if 0 <= p[0] < window_s)
+    if not near:
+        raise ValueError("no request arrived just after a pass ended: nothing to measure retire_s on")
+    candidates = [0.0] + [d for d, _ in near]
+    wrong = [sum(1 for d, nxt in near if (d < t and not nxt) or (d >= t and nxt)) for t in candidates]
+    return float(candidates[int(np.argmin(wrong))])
+
+
+def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict]:
+    """The host terms (seconds) and what they were measured on."""
+    runs = []
+    for engine in ("continuous", "continuous-closed"):
+        store = RunStore(results / engine)
+        if not store.rows_path.exists():
+            continue
+        for row in store.rows():
+            if (row.get("status") != "ok" or row.get("gpu") != gpu or row.get("model") != model
+                    or (row.get("replicas") or 1) != 1 or not row.get("overlap", True)):
+                continue
+            runs.append((row, store.passes(row["run_id"]), store.requests(row["run_id"])))
+    if not runs:
+        raise ValueError(f"no single-replica runs of {model} on {gpu} under {results}/continuous*")
+    starts = idle_starts(runs, cost)
+    tokens = np.array([s.tokens for s in starts], float)
+    host = np.array([s.host_s for s in starts])
+    per_token = float(np.polyfit(tokens, host, 1)[0])
+    small = [s for s in starts if s.tokens <= MAX_GRAPH_TOKENS]
+    cold = [s.late_s for s in small if not s.woke]
+    if not cold or not any(s.woke for s in small):
+        raise ValueError("need both first passes and passes after a sleep to measure fixed_s and wake_s")
+    fixed = float(np.median(cold))
+    woke = [s.late_s - max(fixed, per_token * s.tokens) for s in small if s.woke]
+    wake = max(0.0, float(np.median(woke)))
+    points = joins(runs)
+    retire = best_split(points)
+    terms = {"fixed_s": fixed, "per_token_s": max(0.0, per_token), "wake_s": wake, "retire_s": retire}
+    basis = {"runs": len(runs), "first_passes": len(cold), "passes_after_sleep": len(woke),
+             "idle_starts_for_slope": len(starts), "joins_near_a_pass_end": sum(1 for d, _ in points if 0 <= d < 200e-6)}
+    return terms, basis
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="python -m calibrate.host", description="Measure the continuous engine's host time "
+                                                                     "from its committed pass logs.")
+    p.add_argument("--results", default="results", help="the results directory (default results)")
+    p.add_argument("--calibration", default="results/calibration/h200.json",
+                   help="the calibration file whose cost model prices the passes (default results/calibration/h200.json)")
+    p.add_argument("--write", action="store_true", help="store the figures as the calibration file's \"host\"")
+    args = p.parse_args(argv)
+    from sim.cost import CalibratedCost
+    try:
+        cost = CalibratedCost.from_json(args.calibration)
+        terms, basis = measure(Path(args.results), cost, cost.gpu, cost.model)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for k, v in terms.items():
+        print(f"{k:12s} {v * 1e6:10.3f} us" if k != "per_token_s" else f"{k:12s} {v * 1e9:10.3f} ns")
+    print("measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in basis.items()))
+    if args.write:
+        path = Path(args.calibration)
+        d = json.loads(path.read_text())
+        d["host"] = terms
+        path.write_text(json.dumps(d, indent=1) + "\n")
+        print(f"wrote \"host\" into {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
