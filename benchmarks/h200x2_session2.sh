@@ -12,7 +12,7 @@ nproc; python3 -c "import os; print('affinity', len(os.sched_getaffinity(0)))"
 run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -14; }
 AZURE=${AZURE:-azure-conv-2023}
 (CUDA_VISIBLE_DEVICES=0 run 240 python3 -m pytest tests/test_kernels.py tests/test_gpu.py -k "paged or chunk or continuous or reused" -q -p no:cacheprovider > $OUT/tests.log 2>&1) &
-CUDA_VISIBLE_DEVICES=1 run 300 python3 -m calibrate sweep --out $R
+[ -n "${SKIP_SWEEP:-}" ] || CUDA_VISIBLE_DEVICES=1 run 300 python3 -m calibrate sweep --out $R
 wait
 cat $OUT/tests.log
 run 100 python3 -m engine serve-trace --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --out $R --name seed

@@ -115,6 +115,7 @@ def _worker(index: int, spec: WorkerSpec, inbox, outbox, done_count, kv_load, ru
         cache = PagedKVCache(model.config, blocks, spec.block_size, dtype, device)
         scheduler = make_scheduler(spec.policy, BlockPool(blocks, spec.block_size), **spec.scheduler)
         runner = ModelRunner(model, cache, scheduler.max_num_seqs, spec.kernels, spec.graphs)
+        runner.warm_up(scheduler.max_num_batched_tokens)
         writer = OpenRunWriter(RunStore(run_dir), f"replica{index}")
         outbox.put(("ready", index, blocks))
         message = inbox.get()

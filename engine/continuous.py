@@ -199,6 +199,34 @@ class ModelRunner:
         launched.launch_s = time.perf_counter() - entered
         return launched
 
+    def warm_up(self, max_tokens: int) -> int:
+        """Run a few passes of more tokens than the largest prefill graph before serving, so that
+        the kernels such passes launch one by one are compiled now: Triton specializes a kernel
+        on its integer arguments (equal to 1, multiples of 16), and compiling a variant mid-run
+        stalled a pass by about a second. Returns the passes run (none without graphs)."""
+        if not (self.graphs and self.fast is not None and self.fast.prefill_graphs):
+            return 0
+        low = self.fast.token_buckets[-1] + 1
+        size = self.cache.block_size
+        count = 0
+        for tokens in (low, low + 15):  # one not a multiple of 16, one that is
+            if tokens > max_tokens or -(-(tokens + 16 * 5) // size) + 5 > self.cache.num_blocks:
+                continue
+            for seqs in (1, 2, 5):
+                for context in (0, 16):
+                    new = [tokens // seqs] * (seqs - 1) + [tokens - tokens // seqs * (seqs - 1)]
+                    plan, block = [], 0
+                    for i, n in enumerate(new):
+                        seq = Sequence(f"warm-up{i}", 0.0, context + n, 1, token_ids=[0] * (context + n))
+                        seq.block_table = list(range(block, block + -(-(context + n) // size)))
+                        block += len(seq.block_table)
+                        seq.num_computed = context
+                        plan.append(seq)
+                    scheduled = ScheduledPass(plan, new, [context] * seqs)
+                    self.collect(self.launch(count, scheduled, build_host_batch(scheduled, size, None), None, 0.0))
+                    count += 1
+        return count
+
     def swap(self, plan: ScheduledPass) -> None:
         """Copy preempted sequences' blocks to host memory, and restored ones back, before the
         pass (in stream order, so the pass's own writes into reused blocks come after)."""

@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                            **scheduler_options(args, max_model_len))
         if args.replicas == 1:
             runner = ModelRunner(model, cache, args.max_num_seqs, kernels, graphs)
+            runner.warm_up(max(make_scheduler(p, BlockPool(num_blocks or 1 << 24, args.block_size),
+                                              **scheduler_options(args, max_model_len)).max_num_batched_tokens
+                               for p in args.policy))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

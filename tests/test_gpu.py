@@ -152,3 +152,11 @@ def test_reused_pinned_uploads_and_downloads_carry_each_passs_own_values():
         downloads.give_back(buffer, done)
     assert [[v.tolist() for v in g] for g in got] == sent
     assert len(downloads.free) == 1  # one buffer served every pass
+
+
+def test_warm_up_runs_passes_past_the_largest_prefill_graph(model):
+    from engine.continuous import ModelRunner
+    from engine.paged import PagedKVCache
+    cache = PagedKVCache(model.config, 2048, 16, torch.float16, "cuda")
+    runner = ModelRunner(model, cache, 8, "triton", graphs=True)
+    assert runner.warm_up(32768) == 12 and runner.warm_up(8192) == 0
