@@ -209,6 +209,7 @@ class ModelRunner:
         low = self.fast.token_buckets[-1] + 1
         size = self.cache.block_size
         count = 0
+        self.clock.zero()  # serving zeroes it again
         for tokens in (low, low + 15):  # one not a multiple of 16, one that is
             if tokens > max_tokens or -(-(tokens + 16 * 5) // size) + 5 > self.cache.num_blocks:
                 continue
