@@ -158,6 +158,12 @@ def fit_main(argv: list[str]) -> int:
                   "held_out_fit": params_train, "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
     doc["replays"] = replay_runs(results, cost, row["gpu"], row["model"])
+    try:  # the engine's host time, measured from the open runs' pass logs against this cost model
+        from calibrate.host import measure as measure_host
+        doc["host"], host_basis = measure_host(results, cost, row["gpu"], row["model"])
+    except ValueError as e:  # no open runs of this GPU and model to measure it on: no host time
+        host_basis = None
+        print(f"host time: not measured ({e})")
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)
@@ -166,6 +172,9 @@ def fit_main(argv: list[str]) -> int:
     print("parameters (all passes):\n" + format_params(params))
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
+    if host_basis:
+        print("host time: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in doc["host"].items()) +
+              " (measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in host_basis.items()) + ")")
     if prior:
         print("the roofline alone (no fitted term, no overhead), per regime: " +
               ", ".join(f"{p['regime']} {p['signed_median']:+.0%} (MAPE {p['mape']:.0%})" for p in prior))
