@@ -21,6 +21,7 @@ off the GPU, the records of the requests that finished in it are written with re
 """
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -412,6 +413,11 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
             finished_count += 1
 
     clock.zero(start_at)
+    # No cyclic garbage collection while serving: a full collection walks every object alive
+    # (each request's token ids among them) and paused launches for up to a second in the
+    # two-replica Azure runs; what cycles a run leaves are collected when it ends.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         while True:
             t = time.perf_counter()
@@ -450,6 +456,9 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
         interrupted = False
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        if collecting:
+            gc.enable()
     return ServeResult(records, passes, interrupted, time.perf_counter() - wall, tokens)
 
 
