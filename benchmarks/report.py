@@ -75,7 +75,8 @@ def table(groups: dict, gpu_name: str) -> str:
 
     def key(item):
         (engine, mode, prompt, batch), _ = item
-        return order.get(engine, 9), mode == "eager", int(prompt[1:]), batch
+        length = int(prompt[1:]) if prompt[1:].isdigit() else 1 << 30  # a mix of prompts after the single ones
+        return order.get(engine, 9), mode == "eager", length, batch
 
     for (engine, mode, prompt, batch), rows in sorted(groups.items(), key=key):
         if engine == "hf":
