@@ -22,16 +22,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def number(kind=float, *, low: float | None = None, above: float | None = None, high: float | None = None):
-    """An argparse type: a finite `kind` number, >= low, > above, <= high; argparse names the
-    option in its error (`argument --block-size: must be at least 1, got 0`)."""
+def number(kind=float, *, low: float | None = None, above: float | None = None, high: float | None = None,
+           infinite: bool = False):
+    """An argparse type: a finite `kind` number (or `inf`, if `infinite`), >= low, > above, <= high;
+    argparse names the option in its error (`argument --block-size: must be at least 1, got 0`)."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a{' whole' if kind is int else ''} number, got {text!r}") \
                 from None
-        if not math.isfinite(value):
+        if math.isnan(value) or (math.isinf(value) and not infinite):
             raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if low is not None and value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from core.cli import ArgumentParser, number
 from traces import generate
 from traces.download import DEFAULT_DEST, PUBLIC_TRACES, DownloadError, download, resolve_trace
 from traces.errors import TraceError
@@ -20,40 +21,6 @@ from traces.tools import clip_to_context, rate_per_window, scale_rate, summary, 
 from traces.trace import MAX_ARRIVAL_S, Trace
 
 MAX_WINDOWS = 10_000  # `summary --window` prints at most this many per-window rates
-
-
-class UsageError(ValueError):
-    """A command-line argument argparse refused."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse, except that a usage error is one line (`error: ...`, exit status 2) instead of
-    the usage text, like every other bad input here."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def number(kind=float, *, low: float | None = None, above: float | None = None, high: float | None = None,
-           infinite: bool = False):
-    """An argparse type: a `kind` number, finite (unless `infinite`), >= low, > above, <= high."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a{' whole' if kind is int else ''} number, got {text!r}") \
-                from None
-        if math.isnan(value) or (math.isinf(value) and not infinite):
-            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-        if low is not None and value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
-        if above is not None and not value > above:
-            raise argparse.ArgumentTypeError(f"must be more than {above:g}, got {text}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
-        return value
-    return parse
-
 
 COUNT = number(int, low=1, high=generate.MAX_REQUESTS)
 SECONDS = number(above=0, high=MAX_ARRIVAL_S)
