@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from core.cli import ArgumentParser
-from core.runstore import RunStore
+from calibrate.replay import engine_runs
 
 MAX_GRAPH_TOKENS = 8192  # passes up to this many tokens run as CUDA graphs, where the cost model holds
 
@@ -108,16 +108,9 @@ def best_split(points: list[tuple[float, bool]], window_s: float = 200e-6) -> fl
 
 def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict]:
     """The host terms (seconds) and what they were measured on."""
-    runs = []
-    for engine in ("continuous", "continuous-closed"):
-        store = RunStore(results / engine)
-        if not store.rows_path.exists():
-            continue
-        for row in store.rows():
-            if (row.get("status") != "ok" or row.get("gpu") != gpu or row.get("model") != model
-                    or (row.get("replicas") or 1) != 1 or not row.get("overlap", True)):
-                continue
-            runs.append((row, store.passes(row["run_id"]), store.requests(row["run_id"])))
+    runs = [(row, store.passes(row["run_id"]), store.requests(row["run_id"]))
+            for store, row in engine_runs(results, gpu, model)
+            if (row.get("replicas") or 1) == 1 and row.get("overlap", True)]
     if not runs:
         raise ValueError(f"no single-replica runs of {model} on {gpu} under {results}/continuous*")
     starts = idle_starts(runs, cost)

@@ -15,23 +15,29 @@ import numpy as np
 from core.runstore import RunStore
 
 
-def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
-    """One summary per run under results/continuous and results/continuous-closed measured on
-    `gpu` with `model` (runs from another card or model are left out: the model is not theirs)."""
-    out = []
+def engine_runs(results: Path, gpu: str, model: str):
+    """(store, row) of every good run under results/continuous and results/continuous-closed
+    measured on `gpu` with `model` (runs from another card or model are left out: a cost model
+    fitted on one is not theirs)."""
     for engine in ("continuous", "continuous-closed"):
         store = RunStore(results / engine)
         if not store.rows_path.exists():
             continue
         for row in store.rows():
-            if row.get("status") != "ok" or row.get("gpu") != gpu or row.get("model") != model:
-                continue
-            try:
-                passes = store.passes(row["run_id"])
-            except FileNotFoundError as e:
-                warnings.warn(str(e))
-                continue
-            out.append(replay(row, passes, cost, closed=engine == "continuous-closed"))
+            if row.get("status") == "ok" and row.get("gpu") == gpu and row.get("model") == model:
+                yield store, row
+
+
+def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
+    """One summary per run of `engine_runs`."""
+    out = []
+    for store, row in engine_runs(results, gpu, model):
+        try:
+            passes = store.passes(row["run_id"])
+        except FileNotFoundError as e:
+            warnings.warn(str(e))
+            continue
+        out.append(replay(row, passes, cost, closed=store.root.name == "continuous-closed"))
     return out
 
 
