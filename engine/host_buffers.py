@@ -38,7 +38,6 @@ class Uploads:
         self.cuda = device.type == "cuda"
         self.buffers: list[Tensor | None] = [None] * slots
         self.copied = [torch.cuda.Event() if self.cuda else None for _ in range(slots)]
-        self.used = [False] * slots
         self.next = 0
 
     def upload(self, parts: list[np.ndarray]) -> list[Tensor]:
@@ -49,8 +48,7 @@ class Uploads:
         else:
             slot = self.next
             self.next = (slot + 1) % len(self.buffers)
-            if self.used[slot]:
-                self.copied[slot].synchronize()
+            self.copied[slot].synchronize()  # the slot's last copy (none yet: returns at once)
             buffer = self.buffers[slot]
             if buffer is None or buffer.numel() < n:
                 buffer = torch.empty(max(n, 2 * (buffer.numel() if buffer is not None else 0), 1024),
@@ -59,7 +57,6 @@ class Uploads:
             np.concatenate(parts, out=buffer[:n].numpy(), casting="unsafe")
             packed = buffer[:n].to(self.device, non_blocking=True)
             self.copied[slot].record()
-            self.used[slot] = True
         views, at = [], 0
         for a in parts:
             views.append(packed[at:at + a.size])
@@ -68,8 +65,8 @@ class Uploads:
 
 
 class Downloads:
-    """Pinned host buffers for a pass's sampled tokens: `take` one, start the copy into it,
-    `wait` for it when the pass is read, `give_back` once read."""
+    """Pinned host buffers for a pass's sampled tokens: `start` copies them into a free one and
+    returns it with the event that marks the copy done; `give_back` once they are read."""
 
     def __init__(self, size: int):
         self.size, self.free = size, []

@@ -277,14 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             num_blocks = args.kv_blocks or (PagedKVCache.blocks_that_fit(config, args.kv_gib * GIB, args.block_size,
                                                                          dtype) if args.kv_gib else None)
-        for policy in args.policy:  # every scheduler must be buildable before anything runs
-            make_scheduler(policy, BlockPool(num_blocks or 1 << 24, args.block_size),
-                           **scheduler_options(args, max_model_len))
+        # every scheduler must be buildable before anything runs
+        budgets = [make_scheduler(policy, BlockPool(num_blocks or 1 << 24, args.block_size),
+                                  **scheduler_options(args, max_model_len)).max_num_batched_tokens
+                   for policy in args.policy]
         if args.replicas == 1:
             runner = ModelRunner(model, cache, args.max_num_seqs, kernels, graphs)
-            runner.warm_up(max(make_scheduler(p, BlockPool(num_blocks or 1 << 24, args.block_size),
-                                              **scheduler_options(args, max_model_len)).max_num_batched_tokens
-                               for p in args.policy))
+            runner.warm_up(max(budgets))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
