@@ -202,9 +202,9 @@ class ModelRunner:
 
     def warm_up(self, max_tokens: int) -> int:
         """Run a few passes of more tokens than the largest prefill graph before serving, so that
-        the kernels such passes launch one by one are compiled now: Triton specializes a kernel
-        on its integer arguments (equal to 1, multiples of 16), and compiling a variant mid-run
-        stalled a pass by about a second. Returns the passes run (none without graphs)."""
+        the kernels such passes launch one by one are compiled now, not mid-run (a compile
+        stalls a pass by up to a second; those kernels compile one variant whatever the batch,
+        `engine.kernels.one_variant`). Returns the passes run (none without graphs)."""
         if not (self.graphs and self.fast is not None and self.fast.prefill_graphs):
             return 0
         low = self.fast.token_buckets[-1] + 1

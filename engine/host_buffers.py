@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+ALIGN_BYTES = 16  # Triton specializes a kernel on whether each pointer is a multiple of this
+
 
 class EventPool:
     """CUDA events handed out and taken back (one pass's start and end marks, copy fences)."""
@@ -41,10 +43,20 @@ class Uploads:
         self.next = 0
 
     def upload(self, parts: list[np.ndarray]) -> list[Tensor]:
-        """`parts` concatenated, cast to the dtype, on the device: one view per part."""
-        n = sum(a.size for a in parts)
+        """`parts` concatenated, cast to the dtype, on the device: one view per part, each
+        starting 16 bytes aligned (a kernel taking it compiles one variant, whatever the
+        lengths of the parts before it)."""
+        step = max(1, ALIGN_BYTES // torch.empty((), dtype=self.dtype).element_size())
+        starts, at = [], 0
+        for a in parts:
+            starts.append(at)
+            at += -(-a.size // step) * step
+        n = at
         if not self.cuda:
-            packed = torch.from_numpy(np.concatenate(parts).astype(np.dtype(str(self.dtype).removeprefix("torch."))))
+            host = np.zeros(n, dtype=np.dtype(str(self.dtype).removeprefix("torch.")))
+            for a, start in zip(parts, starts):
+                np.copyto(host[start:start + a.size], a, casting="unsafe")
+            packed = torch.from_numpy(host)
         else:
             slot = self.next
             self.next = (slot + 1) % len(self.buffers)
@@ -54,14 +66,12 @@ class Uploads:
                 buffer = torch.empty(max(n, 2 * (buffer.numel() if buffer is not None else 0), 1024),
                                      dtype=self.dtype, pin_memory=True)
                 self.buffers[slot] = buffer
-            np.concatenate(parts, out=buffer[:n].numpy(), casting="unsafe")
+            host = buffer[:n].numpy()
+            for a, start in zip(parts, starts):
+                np.copyto(host[start:start + a.size], a, casting="unsafe")
             packed = buffer[:n].to(self.device, non_blocking=True)
             self.copied[slot].record()
-        views, at = [], 0
-        for a in parts:
-            views.append(packed[at:at + a.size])
-            at += a.size
-        return views
+        return [packed[start:start + a.size] for a, start in zip(parts, starts)]
 
 
 class Downloads:

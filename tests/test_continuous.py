@@ -121,3 +121,17 @@ def test_pass_records_name_their_shape_and_mode(model):
 def test_graph_buckets_are_vllms():
     assert graph_buckets(256)[:6] == [1, 2, 4, 8, 16, 24] and graph_buckets(256)[-1] == 256
     assert graph_buckets(20) == [1, 2, 4, 8, 16, 20]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_uploaded_index_arrays_each_start_16_bytes_aligned(dtype):
+    """One packed upload, a view per part, each at an aligned address whatever the lengths before
+    it (a Triton kernel compiles a variant per pointer alignment), each holding its own values."""
+    import numpy as np
+
+    from engine.host_buffers import Uploads
+    parts = [np.arange(n, dtype=np.int64) * (i + 1) for i, n in enumerate((3, 1, 7, 0, 5, 2))]
+    views = Uploads(torch.device("cpu"), dtype).upload(parts)
+    assert [v.tolist() for v in views] == [p.tolist() for p in parts]
+    assert all(v.data_ptr() % 16 == 0 for v in views)
+    assert all(v.dtype == dtype for v in views)

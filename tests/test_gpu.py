@@ -144,6 +144,7 @@ def test_reused_pinned_uploads_and_downloads_carry_each_passs_own_values():
         parts = [rng.integers(0, 1000, rng.integers(1, 3000)) for _ in range(3)]
         torch.cuda._sleep(1_000_000)  # a busy GPU: the copies queue behind it
         views = uploads.upload(parts)
+        assert all(v.data_ptr() % 16 == 0 for v in views)
         sent.append([p.tolist() for p in parts])
         got.append([v.clone() for v in views])
         buffer, done = downloads.start(views[0][:64].long() + i)

@@ -340,3 +340,43 @@ def test_gate_up_silu_is_norm_projection_and_silu_times_up():
     G.gate_up_silu(W, h, norm.weight, 1e-6, out, rows=16, block_k=64)
     g, u = F.linear(norm(h).float(), W.float()).half().chunk(2)
     assert rel(out, F.silu(g) * u) < 2e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="counts compiled variants: needs a GPU (the CPU interprets)")
+def test_kernels_launched_outside_a_graph_compile_once_whatever_the_batch():
+    """Passes too large for a graph launch the attention and rotary kernels with a new sequence
+    count, block-table width and index offsets each time; each kernel compiles one variant, not one
+    per combination of values equal to 1, multiples of 16 and aligned pointers (a compile stalls a
+    pass by up to a second)."""
+    from engine.kernels.attention import _decode_attention_kernel
+    from engine.kernels.elementwise import _rope_cache_kernel
+    from engine.kernels.prefill_attention import _chunk_attention_kernel
+
+    def variants(kernel):
+        return sum(len(binder[0]) for binder in kernel.device_caches.values())
+
+    def view_at(values, offset):  # a view `offset` int32s into a bigger array, as a packed upload gives
+        flat = torch.zeros(offset + values.numel(), dtype=torch.int32, device=DEVICE)
+        flat[offset:].copy_(values.flatten())
+        return flat[offset:].view(values.shape)
+
+    heads, kv_heads, D, block_size = 12, 2, 128, 16
+    attention = PagedDecodeAttention(64, heads, kv_heads, D, 4096, block_size, DEVICE)
+    cos = sin = torch.ones(4096, D, dtype=torch.float16, device=DEVICE)
+    before = None
+    for seqs, offset, width in ((3, 1, 5), (16, 0, 16), (7, 2, 1), (32, 3, 33), (1, 0, 48), (5, 4, 17)):
+        lens = torch.tensor([width * block_size - s for s in range(seqs)], dtype=torch.int32)
+        kc, vc, tables, _, _ = paged_cache(lens.tolist(), kv_heads, D, block_size, torch.float16)
+        bt = view_at(tables[:, :width].contiguous(), offset)
+        lens_t, last = view_at(lens, offset + 1), view_at(lens - 1, offset + 2)
+        starts = view_at(torch.arange(seqs + 1, dtype=torch.int32), offset + 3)
+        q = torch.randn(seqs, heads, D, dtype=torch.float16, device=DEVICE)
+        out = torch.empty(seqs, heads * D, dtype=torch.float16, device=DEVICE)
+        chunk_attention(q, kc, vc, bt, starts, last, out, max_query_len=1)
+        attention(q, kc, vc, bt, lens_t, out, batch=seqs)
+        qkv = torch.randn(seqs, (heads + 2 * kv_heads) * D, dtype=torch.float16, device=DEVICE)
+        rope_and_paged_cache(qkv, last, last, cos, sin, q, kc, vc, heads, kv_heads)
+        torch.cuda.synchronize()
+        now = [variants(k) for k in (_chunk_attention_kernel, _decode_attention_kernel, _rope_cache_kernel)]
+        before = before or now
+        assert now == before, (seqs, offset, width, now, before)

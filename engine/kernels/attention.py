@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.one_variant import one_variant
 from engine.kernels.pdl import pdl_launch, pdl_wait
 
 
@@ -59,7 +60,7 @@ def _softmax_step(s, v, m_i, l_i, acc, EXP2: tl.constexpr):
     return m_new, l_i, acc
 
 
-@triton.jit
+@one_variant(ints=("bt_stride",), pointers=("Lens", "BT"))
 def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale, kv_stride_b, kv_stride_h,
                              kv_stride_s, bt_stride,
                              SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,

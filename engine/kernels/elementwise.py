@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.one_variant import one_variant
+
 
 @triton.jit
 def _rounded_product(a, b):
@@ -55,7 +57,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
     return out
 
 
-@triton.jit
+@one_variant(pointers=("Pos", "Slots"))
 def _rope_cache_kernel(QKV, Pos, Slots, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_stride_h, kv_stride_s,
                        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, ALL: tl.constexpr,
                        PAGED: tl.constexpr):

@@ -29,9 +29,10 @@ import triton
 import triton.language as tl
 
 from engine.kernels.attention import _kv_rows, _softmax_step
+from engine.kernels.one_variant import one_variant
 
 
-@triton.jit
+@one_variant(ints=("S", "bt_stride"), pointers=("BT", "QStart", "CtxLens"))
 def _chunk_attention_kernel(Q, KC, VC, BT, QStart, CtxLens, Out, qk_scale, S, kv_stride_b, kv_stride_h,
                             kv_stride_s, bt_stride, HEADS: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
