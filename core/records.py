@@ -206,9 +206,13 @@ class RowWriter:
             with open(self.csv_path, newline="", encoding="utf-8") as f:
                 self._columns = next(csv.reader(f))
 
-    def write_many(self, rows: Iterable[dict]) -> None:
-        """Several rows to the JSONL file, flushed once at the end."""
-        self._jsonl.write("".join(json.dumps(row) + "\n" for row in rows))
+    def append(self, row: dict) -> None:
+        """A row to the JSONL file, not yet flushed (`flush` does; `write` does both); only for
+        a writer without a CSV beside it."""
+        assert self.csv_path is None, "append writes the JSONL file only"
+        self._jsonl.write(json.dumps(row) + "\n")
+
+    def flush(self) -> None:
         self._jsonl.flush()
 
     def write(self, row: dict) -> None:

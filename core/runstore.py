@@ -16,8 +16,9 @@ import gzip
 import re
 import shutil
 import warnings
+from collections import deque
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from core.records import PassRecord, RequestRecord, RowWriter, read_jsonl, to_dict, write_jsonl
 
@@ -89,29 +90,43 @@ class RunStore:
 
 class OpenRunWriter:
     """The records of a run that is still going (an open run of the continuous engine): request
-    records appended as requests end, pass records in batches; `close` compresses both."""
+    and pass records are kept as they come and written when the engine would otherwise wait
+    (`write_while`: row by row while the GPU is still busy or the engine sleeps), so that turning
+    a record into JSON never delays a pass; past `max_pending` unwritten records (an engine that
+    never waits) they are written at once. `close` writes the rest and compresses both files."""
 
-    def __init__(self, store: RunStore, run_id: str, flush_every: int = 256):
+    def __init__(self, store: RunStore, run_id: str, max_pending: int = 4096):
         self.dir = store.run_dir(run_id)
         if self.dir.exists():
             raise ValueError(f"{self.dir} exists already: run ids must be unique")
         self.requests = RowWriter(self.dir / "requests.jsonl")
         self.passes = RowWriter(self.dir / "passes.jsonl")
-        self._pending: list[dict] = []
-        self.flush_every = flush_every
+        self._pending: deque[tuple[RowWriter, object]] = deque()
+        self.max_pending = max_pending
 
     def request(self, record: RequestRecord) -> None:
-        self.requests.write(to_dict(record))
+        self._keep(self.requests, record)
 
     def pass_done(self, record: PassRecord) -> None:
-        self._pending.append(to_dict(record))
-        if len(self._pending) >= self.flush_every:
+        self._keep(self.passes, record)
+
+    def _keep(self, file: "RowWriter", record) -> None:
+        self._pending.append((file, record))
+        if len(self._pending) > self.max_pending:
             self.flush()
 
+    def write_while(self, busy: Callable[[], bool]) -> None:
+        """Write kept records one at a time for as long as `busy()` says the engine waits anyway."""
+        wrote = set()
+        while self._pending and busy():
+            file, record = self._pending.popleft()
+            file.append(to_dict(record))
+            wrote.add(file)
+        for file in wrote:
+            file.flush()
+
     def flush(self) -> None:
-        if self._pending:
-            self.passes.write_many(self._pending)
-            self._pending = []
+        self.write_while(lambda: True)
 
     def close(self) -> None:
         """Flush, then replace each .jsonl by its .jsonl.gz (written whole, then renamed)."""

@@ -244,6 +244,11 @@ class ModelRunner:
             ids = torch.tensor(blocks[:saved.shape[2]], device=self.device)
             storage[:, :, ids] = saved.to(self.device, non_blocking=True)
 
+    def running(self, launched: Launched) -> bool:
+        """Whether the GPU is still running the pass (never on a CPU: a pass there is done when
+        its launch returns)."""
+        return self.cuda and not launched.marks[1].query()
+
     def collect(self, launched: Launched) -> tuple[list[int], float, float]:
         """Wait for a pass; its sampled tokens (batch order) and its start and end, in seconds
         since the clock's start."""
@@ -343,13 +348,17 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
           overlap: bool = True, realtime: bool = True, on_request: Callable[[RequestRecord], None] | None = None,
           on_pass: Callable[[PassRecord], None] | None = None,
           progress: Callable[[Scheduler, int, int], None] | None = None, replica: int = 0,
-          start_at: float | None = None) -> ServeResult:
+          start_at: float | None = None,
+          while_waiting: Callable[[Callable[[], bool]], None] | None = None) -> ServeResult:
     """Replay `requests` (a list in arrival order, or an arrivals source like `ListArrivals`) on
     the engine: each joins the scheduler when its arrival time comes (all at once when not
     `realtime`), passes run until every request has finished or been rejected. `on_request` /
     `on_pass` receive each record as it is final (to write it at once); a Ctrl-C ends the run
     early with what finished kept (`interrupted`). `replica` names this engine in its records;
-    `start_at` is the shared perf_counter time of the run's 0 (several replicas)."""
+    `start_at` is the shared perf_counter time of the run's 0 (several replicas).
+    `while_waiting(busy)` is called when the host would wait anyway (for the GPU to finish the
+    oldest pass, or for the next arrival), to do work such as writing records for as long as
+    `busy()` stays true."""
     if overlap and scheduler.eos_token_id is not None:
         raise ValueError("overlap plans the next pass before the tokens of this one are read, so a sequence "
                          "cannot stop at EOS; run without overlap to stop at EOS")
@@ -436,6 +445,8 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
                 if len(inflight) < depth:
                     continue
             if inflight:
+                if while_waiting is not None and runner.running(inflight[0]):
+                    while_waiting(lambda: runner.running(inflight[0]))
                 retire(inflight.popleft())
                 if progress is not None:
                     progress(scheduler, finished_count, total)
@@ -450,6 +461,8 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
             if wait_until == float("inf"):
                 raise RuntimeError(f"{scheduler.num_outstanding} requests wait but nothing can run; the "
                                    f"scheduler is stuck")
+            if while_waiting is not None and wait_until - clock.now() > 0.002:
+                while_waiting(lambda: wait_until - clock.now() > 0.002)
             pause = wait_until - clock.now()
             if pause > 0:
                 time.sleep(min(pause, 0.0005) if pause < 0.002 else pause - 0.001)

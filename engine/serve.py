@@ -344,7 +344,7 @@ def serve_one(args, policy, reqs, runner, store, run_id, num_blocks, max_model_l
     try:
         result = serve(reqs, scheduler, runner, run_id=run_id, overlap=args.overlap == "on",
                        realtime=args.replay == "realtime", on_request=writer.request, on_pass=writer.pass_done,
-                       progress=progress)
+                       progress=progress, while_waiting=writer.write_while)
     finally:
         writer.close()
     return result, {"max_num_batched_tokens": scheduler.max_num_batched_tokens}

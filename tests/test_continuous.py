@@ -135,3 +135,26 @@ def test_uploaded_index_arrays_each_start_16_bytes_aligned(dtype):
     assert [v.tolist() for v in views] == [p.tolist() for p in parts]
     assert all(v.data_ptr() % 16 == 0 for v in views)
     assert all(v.dtype == dtype for v in views)
+
+
+def test_records_are_written_while_the_engine_waits_for_arrivals(model, tmp_path):
+    """Requests 60 ms apart: between them the engine is idle, and the records of the requests
+    done so far are written then (not in the middle of a pass); all are there at the end."""
+    from core.kv import BlockPool
+    from core.runstore import OpenRunWriter, RunStore
+
+    writer = OpenRunWriter(RunStore(tmp_path), "run")
+    written_during_run = []
+
+    def while_waiting(busy):
+        writer.write_while(busy)
+        written_during_run.append((writer.dir / "requests.jsonl").read_text().count("\n"))
+
+    reqs = requests(3, gap=0.06)
+    cache = PagedKVCache(model.config, 64, BLOCK, torch.float32, "cpu")
+    runner = ModelRunner(model, cache, max_num_seqs=16, kernels="eager")
+    res = serve(reqs, ContinuousBatching(BlockPool(64, BLOCK), max_num_seqs=16, max_model_len=64), runner,
+                realtime=True, on_request=writer.request, on_pass=writer.pass_done, while_waiting=while_waiting)
+    writer.close()
+    assert max(written_during_run) >= 1  # a finished request's record written before the run ended
+    assert len(RunStore(tmp_path).passes("run")) == len(res.passes)
