@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The third continuous-engine session's device calls, by part (the device tool's copy of the tree
+# has no .git, so each call sets GIT_COMMIT):
+#   GIT_COMMIT=$(git rev-parse HEAD) AZURE=.traces/AzureLLMInferenceTrace_conv.csv bash benchmarks/h200_session3.sh PART...
+# Parts (GPU 0 unless said; on an `nvidia-h200-x2` machine a part suffixed @1 runs on GPU 1):
+#   tests      every GPU test of the kernels and the engine (tests/test_kernels.py, tests/test_gpu.py)
+#   profile    benchmarks/profile_paged_decode.py: the batched decode pass, its breakdown, attention slicings
+#   sweep      the calibration sweep
+#   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
+#   seed       the seed's open workload at 1..60 req/s, then 120..480 req/s, both policies
+#   azure1x    the Azure conversation window 1200:1250 at its own rate, both policies
+#   azure16    the window 1200:1520 compressed 16x, both policies
+#   azure32    the same window compressed 32x, both policies
+#   replicas   two replicas, one a GPU: the Azure window at 32x and the seed workload at 200 req/s, two routers each
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+R=$OUT/results
+mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a $R/gpu.txt
+python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
+run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
+AZURE=${AZURE:-azure-conv-2023}
+serve() { python3 -m engine serve-trace --out $R "$@"; }
+for part in "$@"; do
+  gpu=${part#*@}; [ "$gpu" = "$part" ] && gpu=0; part=${part%@*}
+  export CUDA_VISIBLE_DEVICES=$gpu
+  case $part in
+    tests) run 300 python3 -m pytest tests/test_kernels.py tests/test_gpu.py -q -p no:cacheprovider ;;
+    profile) run 300 python3 benchmarks/profile_paged_decode.py --json $R/profile_paged_decode.json ;;
+    sweep) run 300 python3 -m calibrate sweep --out $R ;;
+    closed)
+      run 200 python3 -m engine bench --engine continuous --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256 --warmup 1 --runs 3 --out $R
+      run 150 python3 -m engine bench --engine continuous --prompts p16,p64,p1024,p4096 --warmup 1 --runs 3 --out $R ;;
+    seed)
+      run 330 serve --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked
+      run 150 serve --rates 120,240,480 --requests 400 --policy continuous,chunked ;;
+    azure1x) run 200 serve --trace $AZURE --window 1200:1250 --policy continuous,chunked --name azure-1x ;;
+    azure16) run 200 serve --trace $AZURE --window 1200:1520 --rate-scale 16 --policy continuous,chunked --name azure ;;
+    azure32) run 200 serve --trace $AZURE --window 1200:1520 --rate-scale 32 --policy continuous,chunked --name azure ;;
+    replicas)
+      unset CUDA_VISIBLE_DEVICES
+      run 150 serve --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router round-robin,least-outstanding --name azure
+      run 100 serve --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
+      python3 benchmarks/pass_stalls.py $R/continuous/*x2* ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+echo "elapsed ${SECONDS}s"
+tar czf $OUT/results.tgz -C $OUT results
