@@ -163,10 +163,10 @@ def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtyp
 
 
 def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_gpu():
-    """batch * kv_heads >= 128: slices of at least 1,024 positions, so a short context is one
+    """batch * kv_heads >= 256: slices of at least 1,024 positions, so a short context is one
     slice and a long one is cut and merged (one long sequence must not be the pass's critical path)."""
     heads = kv_heads = 8
-    D, B = 16, 16
+    D, B = 16, 32
     attn = PagedDecodeAttention(B, heads, kv_heads, D, 4096, 16, DEVICE)
     assert attn.slices_for(B) == 4 and attn.slice_min(B) == 1024
     lens = [5, 2100] + [40] * (B - 2)
@@ -184,8 +184,8 @@ def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_larg
     """The slices follow the launched batch (16 of each sequence's own context when the batch is
     small, one when it fills the GPU); the partials fit the largest batch that still slices."""
     attn = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu")
-    assert attn.slices_for(1) == 32 and attn.slices_for(63) == 32 and attn.slices_for(64) == 4  # 4096/128, 4096/1024
-    assert attn.m.numel() == max(63 * 32, 128 * 4) * 12  # the most partials of any batch that slices
+    assert attn.slices_for(1) == 32 and attn.slices_for(127) == 32 and attn.slices_for(128) == 4  # 4096/128, 4096/1024
+    assert attn.m.numel() == max(127 * 32, 128 * 4) * 12  # the most partials of any batch that slices
     fixed = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu", split=256)
     assert fixed.slices_for(1) == 4096 // 256 and fixed.split_for(1) == 256
 

@@ -196,7 +196,7 @@ class DecodeAttention(_SplitK):
 class PagedDecodeAttention(_SplitK):
     """Decode attention over a paged cache, for any batch up to `max_batch` and contexts up to
     `max_len` positions. By default a launch cuts each sequence's own context into slices
-    (whole blocks): while batch * kv_heads is too small to fill the GPU, up to 64 slices of at
+    (whole blocks): while batch * kv_heads is too small to fill the GPU (under 256), up to 64 slices of at
     least 128 positions; beyond, up to 16 of at least 1,024, so that one long context in a big
     batch is not the whole pass's critical path. A graph captured for the longest context
     launches slices that exit at once for short ones, cheaply, in parallel. `split` fixes the
@@ -205,7 +205,11 @@ class PagedDecodeAttention(_SplitK):
     graphs captured at several batch sizes."""
 
     SLICES = {False: (64, 128), True: (16, 1024)}  # (slices, fewest positions a slice), by "batch fills the GPU"
-    FILLS_GPU = 128  # (sequence, KV head) pairs from which a batch fills the GPU
+    # (sequence, KV head) pairs from which a batch fills the GPU. Not 128: on an H200 at batch 64
+    # (128 pairs) of p256 contexts the first slicing's attention took 14.5 us a layer against the
+    # second's 19.9 (benchmarks/profile_paged_decode.py), and the sweep's batch-56 passes (first
+    # slicing) beat batch 64's (second) by 7-11% at 512-2,048 cached positions, losing 6% at 8,192.
+    FILLS_GPU = 256
 
     def slicing(self) -> dict:
         """How contexts are sliced, for the cost model (`sim.calibrated`)."""
