@@ -2,7 +2,8 @@
 # The third continuous-engine session's device calls, by part (the device tool's copy of the tree
 # has no .git, so each call sets GIT_COMMIT):
 #   GIT_COMMIT=$(git rev-parse HEAD) AZURE=.traces/AzureLLMInferenceTrace_conv.csv bash benchmarks/h200_session3.sh PART...
-# Parts (GPU 0 unless said; on an `nvidia-h200-x2` machine a part suffixed @1 runs on GPU 1):
+# Parts (GPU 0 unless said; on an `nvidia-h200-x2` machine a part suffixed @1 runs on GPU 1; two
+# invocations side by side, one a GPU, set TAR=0 and tar $OUT/results themselves when both are done):
 #   tests      every GPU test of the kernels and the engine (tests/test_kernels.py, tests/test_gpu.py)
 #   profile    benchmarks/profile_paged_decode.py: the batched decode pass, its breakdown, attention slicings
 #   sweep      the calibration sweep
@@ -46,4 +47,4 @@ for part in "$@"; do
   esac
 done
 echo "elapsed ${SECONDS}s"
-tar czf $OUT/results.tgz -C $OUT results
+[ "${TAR:-1}" = 1 ] && tar czf $OUT/results.tgz -C $OUT results

@@ -92,6 +92,8 @@ def sweep_main(argv: list[str]) -> int:
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,
+           "chunk_attention": engine_chunk_tiles(model.config),
+           "sms": torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None,
            "kv_blocks": blocks, "wall_s": time.perf_counter() - wall, **meta}
     store.write_run(run_id, passes, [], row)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
@@ -100,7 +102,7 @@ def sweep_main(argv: list[str]) -> int:
 
 def fit_main(argv: list[str]) -> int:
     from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
-                               mape, predict, roofline_prior_error, skeleton, Design)
+                               mape, predict, roofline_prior_error, skeleton, waves_of, Design)
     from calibrate.replay import replay_runs
     from sim.calibrated import CalibratedCost
     from sim.cost import gpu_preset
@@ -139,7 +141,8 @@ def fit_main(argv: list[str]) -> int:
                 "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
                 "block_size": row["block_size"]}
         base = skeleton(meta, c, row["graph_buckets"] or [], row.get("token_buckets") or [],
-                        row.get("decode_attention") or engine_slicing())
+                        row.get("decode_attention") or engine_slicing(),
+                        row.get("chunk_attention") or engine_chunk_tiles(model), waves_of(row))
         shape = CalibratedCost(base | {"parameters": placeholder(base)})
         split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
@@ -147,7 +150,7 @@ def fit_main(argv: list[str]) -> int:
         design_all = Design.of(passes, shape)
         errors = error_table(passes, CalibratedCost(base | {"parameters": params_train}).predict_all(passes), split)
         params = fit_params(passes, c, shape)
-        in_sample = mape(predict(params, c, design_all), [q.duration_s for q in passes])
+        in_sample = mape(predict(params, c, design_all, shape), [q.duration_s for q in passes])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -205,9 +208,17 @@ def engine_slicing() -> dict:
             "big": list(a.SLICES[True])}
 
 
+def engine_chunk_tiles(model) -> dict:
+    """The query tokens of one chunk-attention tile (for a sweep that did not record it): the
+    engine's tile rows over the query heads sharing a KV head."""
+    from engine.kernels.prefill_attention import chunk_tile
+    group = model.num_attention_heads // model.num_key_value_heads
+    return {"tile_tokens": chunk_tile(group) // group}
+
+
 def placeholder(base: dict) -> dict:
     """Parameters of the right shape (their values unused) to build the model's fixed parts."""
-    rates = {"kv_gbs": 1.0, "serial_s_per_token": 0.0}
+    rates = {"kv_gbs": 1.0}
     return {"decode1": {}, "prefill": {}, "decode": {"small": rates, "big": rates,
                                                      "graph_s": {str(b): 0.0 for b in base["graph_buckets"] or [1]}}}
 

@@ -22,14 +22,19 @@ from scipy.optimize import least_squares
 
 from core.config import ModelConfig
 from core.records import PassRecord
-from sim.calibrated import FORMAT, UNITS, CalibratedCost, bucket, regime
+from sim.calibrated import DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, UNITS, CalibratedCost, bucket, regime
 from sim.cost import RooflineCost
 
-DECODE1 = ("fixed_s", "kv_gbs", "serial_s_per_token")
-DECODE_RATES = ("kv_gbs", "serial_s_per_token")
-PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "kv_gbs", "attention_tflops", "serial_s_per_token", "per_seq_s")
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
-         "attention_tflops": 300.0, "per_seq_s": 2e-6, "graph_s": 2e-3}
+         "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3}
+# The waves a kernel's programs run in: the GPU's SMs (a sweep row's "sms" wins; else this table,
+# from the vendors' specs) times the programs of a kernel resident on one SM at once (decode
+# attention: 4, its registers and shared memory allow; chunk attention's 128-row tiles: 1).
+SMS = {"NVIDIA H200": 132, "NVIDIA H100 80GB HBM3": 132, "NVIDIA A100-SXM4-80GB": 108, "NVIDIA A10G": 80,
+       "NVIDIA A10": 72, "NVIDIA L4": 58}
+DECODE_PROGRAMS_PER_SM = 4
+PREFILL_PROGRAMS_PER_SM = 1
+ROBUST_SCALE = 0.05  # soft_l1's scale: a pass more than ~5% off its prediction counts less than its square
 MIN_PASSES = {"decode1": 6, "decode": 12, "prefill": 12}
 
 
@@ -37,8 +42,7 @@ def constants(model: ModelConfig, dtype_bytes: int = 2) -> dict:
     """The model's shape, in the units the cost model multiplies by."""
     return {"weight_bytes": model.weight_bytes_read_per_pass(dtype_bytes),
             "flops_per_token": model.flops_per_token(0),
-            "kv_bytes_per_token": model.kv_bytes_per_token(dtype_bytes),
-            "attention_flops_per_pair": model.flops_per_token(1) - model.flops_per_token(0)}
+            "kv_bytes_per_token": model.kv_bytes_per_token(dtype_bytes)}
 
 
 def group_of(p: PassRecord) -> str:
@@ -67,85 +71,125 @@ def held_out(group: str, buckets: list[int]) -> bool:
     return zlib.crc32(group.encode()) % 3 == 0
 
 
-def skeleton(meta: dict, c: dict, buckets: list[int], token_buckets: list[int], attention: dict) -> dict:
-    """A calibration file without parameters (what the model needs to know of the engine)."""
+def waves_of(row: dict) -> dict:
+    """The waves' shape for a sweep's GPU: its SMs (the row's, else SMS's) and the programs
+    resident on one (the row's, else the constants above)."""
+    sms = row.get("sms") or SMS.get(row.get("gpu", ""))
+    if not sms:
+        raise ValueError(f"the number of SMs of {row.get('gpu')!r} is unknown: add it to calibrate.fit.SMS "
+                         "or record \"sms\" in the sweep's row")
+    return {"sms": sms, "decode_programs_per_sm": row.get("decode_programs_per_sm") or DECODE_PROGRAMS_PER_SM,
+            "prefill_programs_per_sm": row.get("prefill_programs_per_sm") or PREFILL_PROGRAMS_PER_SM}
+
+
+def skeleton(meta: dict, c: dict, buckets: list[int], token_buckets: list[int], attention: dict, chunk: dict,
+             waves: dict) -> dict:
+    """A calibration file without parameters (what the model needs to know of the engine and the GPU)."""
     return {"format": FORMAT, **meta, "graph_buckets": buckets, "token_buckets": token_buckets, "constants": c,
-            "decode_attention": attention, "units": UNITS}
+            "decode_attention": attention, "chunk_attention": chunk, "waves": waves, "units": UNITS}
+
+
+DECODE_SHAPE = ("programs", "blocks", "tail", "full1", "r", "k", "full2", "rem2", "crit", "merges")
 
 
 @dataclass
 class Design:
-    """Per pass, what the model's parameters multiply (vectorised); `graph` the decode buckets
-    fitted, each pass's index into them (-1 outside decode)."""
+    """Per pass, what the model's parameters multiply (vectorised): for decode the arguments of
+    `CalibratedCost.decode_attention` (DECODE_SHAPE), for prefill those of `chunk_attention`
+    (kv, programs, blocks: all programs' blocks, crit, waves); decode1's crit is its slice's
+    positions; `graph` each decode pass's index into `buckets`, the decode buckets fitted."""
 
     regime: np.ndarray   # 0 decode1, 1 decode, 2 prefill
-    big: np.ndarray      # decode: the batch fills the GPU (the second slicing)
+    big: np.ndarray      # decode: the padded batch fills the GPU (the second slicing)
     graph: np.ndarray
-    m: np.ndarray
-    kv: np.ndarray
-    pairs: np.ndarray
+    m: np.ndarray        # prefill: tokens padded to the graph's
+    kv: np.ndarray       # KV positions read
     crit: np.ndarray
+    programs: np.ndarray
+    blocks: np.ndarray
+    tail: np.ndarray
+    full1: np.ndarray
+    r: np.ndarray
+    k: np.ndarray
+    full2: np.ndarray
+    rem2: np.ndarray
+    merges: np.ndarray
+    waves: np.ndarray
     seqs: np.ndarray
     seconds: np.ndarray
     buckets: list[int]
 
     @classmethod
     def of(cls, passes: list[PassRecord], model: CalibratedCost) -> "Design":
-        cols = {k: [] for k in ("regime", "big", "graph", "m", "kv", "pairs", "crit", "seqs", "seconds")}
+        names = [f for f in cls.__dataclass_fields__ if f != "buckets"]
+        cols = {k: [] for k in names}
         fitted = sorted({bucket(len(p.new_tokens), model.buckets) for p in passes if regime(p.new_tokens) == "decode"})
         for p in passes:
             r, S = regime(p.new_tokens), len(p.new_tokens)
             n, ctx = p.new_tokens, p.context_lens
-            cols["regime"].append(("decode1", "decode", "prefill").index(r))
-            cols["big"].append(S * model.kv_heads >= model.fills_gpu)
-            cols["graph"].append(fitted.index(bucket(S, model.buckets)) if r == "decode" else -1)
-            cols["m"].append(bucket(sum(n), model.token_buckets) if r == "prefill" else S)
-            cols["kv"].append(sum(ci + ni for ci, ni in zip(ctx, n)))
-            cols["pairs"].append(sum(ni * (2 * ci + ni + 1) for ci, ni in zip(ctx, n)) / 2)
-            cols["crit"].append(model.slice_positions(max(ctx) + 1, S) if r != "prefill" else
-                                max(ci + ni for ci, ni in zip(ctx, n)))
-            cols["seqs"].append(S)
-            cols["seconds"].append(p.duration_s)
-        return cls(**{k: np.asarray(v) for k, v in cols.items()}, buckets=fitted)
+            row = dict.fromkeys(names, 0)
+            row.update(regime=("decode1", "decode", "prefill").index(r), graph=-1, seqs=S, seconds=p.duration_s,
+                       kv=sum(ctx) + sum(n))
+            if r == "decode1":
+                row["crit"] = model.slice_positions(ctx[0] + 1, 1)
+            elif r == "decode":
+                B, big, *shape = model.decode_waves(S, sum(ctx), max(ctx))
+                row.update(big=big, graph=fitted.index(B), **dict(zip(DECODE_SHAPE, shape)))
+            else:
+                kv, P, work, crit, waves = model.chunk_waves(n, ctx)
+                row.update(m=bucket(sum(n), model.token_buckets), programs=P, blocks=work, crit=crit, waves=waves)
+            for k in names:
+                cols[k].append(row[k])
+        return cls(**{k: np.asarray(v, dtype=None if k in ("regime", "big", "graph") else float)
+                      for k, v in cols.items()}, buckets=fitted)
 
 
 def unpack(theta: np.ndarray, buckets: list[int]) -> dict:
     """Parameter vector (logs) -> the file's parameters."""
     v = iter(np.exp(theta).tolist())
     p = {"decode1": {k: next(v) for k in DECODE1},
-         "decode": {"per_seq_s": next(v), "small": {k: next(v) for k in DECODE_RATES},
-                    "big": {k: next(v) for k in DECODE_RATES}},
+         "decode": {"per_seq_s": next(v), "small": {k: next(v) for k in DECODE_ATTENTION},
+                    "big": {k: next(v) for k in DECODE_ATTENTION}},
          "prefill": {k: next(v) for k in PREFILL}}
     p["decode"]["graph_s"] = {str(b): next(v) for b in buckets}
     return p
 
 
 def initial(buckets: list[int]) -> np.ndarray:
-    names = list(DECODE1) + ["per_seq_s"] + list(DECODE_RATES) * 2 + list(PREFILL) + ["graph_s"] * len(buckets)
+    names = list(DECODE1) + ["per_seq_s"] + list(DECODE_ATTENTION) * 2 + list(PREFILL) + ["graph_s"] * len(buckets)
     return np.log([PRIOR[n] for n in names])
 
 
-def predict(params: dict, c: dict, f: Design) -> np.ndarray:
+def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarray:
     """The model's pass times for the passes of `f` (the formulas of sim.calibrated, vectorised)."""
     out = np.zeros(len(f.seconds))
-    kvb, pair = c["kv_bytes_per_token"], c["attention_flops_per_pair"]
+    kvb = c["kv_bytes_per_token"]
     p1, pd, pp = params["decode1"], params["decode"], params["prefill"]
     sel = f.regime == 0
     out[sel] = p1["fixed_s"] + f.kv[sel] * kvb / (p1["kv_gbs"] * 1e9) + f.crit[sel] * p1["serial_s_per_token"]
     sel = f.regime == 1
     if sel.any():
         graph = np.array([pd["graph_s"][str(b)] for b in f.buckets])
-        kv_rate = np.where(f.big[sel], pd["big"]["kv_gbs"], pd["small"]["kv_gbs"])
-        serial = np.where(f.big[sel], pd["big"]["serial_s_per_token"], pd["small"]["serial_s_per_token"])
-        out[sel] = (graph[f.graph[sel]] + f.kv[sel] * kvb / (kv_rate * 1e9) + f.crit[sel] * serial
-                    + f.seqs[sel] * pd["per_seq_s"])
+        rate = {k: np.where(f.big[sel], pd["big"][k], pd["small"][k]) for k in DECODE_ATTENTION}
+        tb, C = rate["block_s"], model.decode_wave
+        rb = model.block_bytes / (rate["kv_gbs"] * 1e9)
+        blk, tail, r, rem2 = f.blocks[sel], f.tail[sel], f.r[sel], f.rem2[sel]
+        lat1, lat2 = (blk + 1) * tb, (tail + 1) * tb
+        waves = (f.full1[sel] * np.maximum(lat1, C * blk * rb)
+                 + np.where(r > 0, np.maximum(lat1, (r * blk + f.k[sel] * tail) * rb), 0.0)
+                 + f.full2[sel] * np.maximum(lat2, C * tail * rb) + np.where(rem2 > 0, np.maximum(lat2, rem2 * tail * rb), 0.0))
+        attention = (np.maximum(waves, (f.crit[sel] + 1) * tb) + f.merges[sel] * rate["merge_s"]
+                     + f.programs[sel] * rate["program_s"])
+        out[sel] = graph[f.graph[sel]] + attention + f.seqs[sel] * pd["per_seq_s"]
     sel = f.regime == 2
     if sel.any():
         weights = c["weight_bytes"] / (pp["weight_gbs"] * 1e9)
         projections = f.m[sel] * c["flops_per_token"] / (pp["matmul_tflops"] * 1e12)
-        throughput = f.kv[sel] * kvb / (pp["kv_gbs"] * 1e9) + f.pairs[sel] * pair / (pp["attention_tflops"] * 1e12)
-        out[sel] = (pp["fixed_s"] + np.maximum(weights, projections)
-                    + np.maximum(throughput, f.crit[sel] * pp["serial_s_per_token"]) + f.seqs[sel] * pp["per_seq_s"])
+        P = f.programs[sel]
+        attention = np.maximum.reduce([f.crit[sel] * pp["block_s"] + pp["program_s"],
+                                       f.waves[sel] * (f.blocks[sel] / P * pp["block_s"] + pp["program_s"]),
+                                       f.kv[sel] * kvb / (pp["kv_gbs"] * 1e9)])
+        out[sel] = pp["fixed_s"] + np.maximum(weights, projections) + attention + f.seqs[sel] * pp["per_seq_s"]
     return out
 
 
@@ -172,16 +216,18 @@ def check_coverage(passes: list[PassRecord]) -> None:
 
 
 def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict:
-    """The parameters minimising the passes' relative error (a few starts, the best kept)."""
+    """The parameters minimising the passes' relative error, robustly (soft_l1: a repeat far off
+    its shape's others pulls less than its square), a few starts, the best kept."""
     check_coverage(passes)
     f = Design.of(passes, model)
 
     def residuals(theta):
-        return predict(unpack(theta, f.buckets), c, f) / f.seconds - 1.0
+        return predict(unpack(theta, f.buckets), c, f, model) / f.seconds - 1.0
 
     best = None
-    for scale in (1.0, 0.5, 2.0):
-        result = least_squares(residuals, initial(f.buckets) + np.log(scale), method="trf", max_nfev=3000)
+    for scale in (1.0, 0.3, 3.0):
+        result = least_squares(residuals, initial(f.buckets) + np.log(scale), method="trf", max_nfev=3000,
+                               loss="soft_l1", f_scale=ROBUST_SCALE)
         if best is None or result.cost < best.cost:
             best = result
     return unpack(best.x, f.buckets)
@@ -232,10 +278,15 @@ def roofline_prior_error(passes: list[PassRecord], model: ModelConfig, gpu) -> l
     return out
 
 
+PER = {"block_s": "block", "merge_s": "slice merged", "program_s": "program"}
+
+
 def _show(name: str, v: float) -> str:
     unit = UNITS[name]
     if name == "serial_s_per_token":
         return f"serial {v * 1e9:.2f} ns/position"
+    if name in PER:
+        return f"{name.removesuffix('_s')} {v * 1e9:,.1f} ns/{PER[name]}"
     short = name.removesuffix("_s").removesuffix("_gbs").removesuffix("_tflops")
     return f"{short} {v * 1e6:.1f} us" if unit == "s" else f"{short} {v:,.0f} {unit}"
 
@@ -248,8 +299,8 @@ def format_params(params: dict) -> str:
     lines = ["  decode1  " + ", ".join(_show(k, params["decode1"][k]) for k in DECODE1),
              f"  decode   graph {graph[sizes[0]] * 1e3:.3f} ms at batch {sizes[0]} .. {graph[sizes[-1]] * 1e3:.3f} ms at "
              f"{sizes[-1]}, per_seq {d['per_seq_s'] * 1e6:.2f} us; small batches: "
-             + ", ".join(_show(k, d["small"][k]) for k in DECODE_RATES) + "; full: "
-             + ", ".join(_show(k, d["big"][k]) for k in DECODE_RATES),
+             + ", ".join(_show(k, d["small"][k]) for k in DECODE_ATTENTION) + "; full: "
+             + ", ".join(_show(k, d["big"][k]) for k in DECODE_ATTENTION),
              "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]
     return "\n".join(lines)
 

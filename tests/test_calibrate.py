@@ -20,14 +20,16 @@ BUCKETS = [1, 2, 4] + list(range(8, 513, 8))
 TOKEN_BUCKETS = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 ATTENTION = {"kv_heads": 2, "fills_gpu": 128, "block_n": 64, "small": [64, 128], "big": [16, 1024]}
 GRAPH = {str(b): 1.6e-3 + 3e-6 * b for b in BUCKETS}
+CHUNK = {"tile_tokens": 21}
+WAVES = {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1}
 TRUE = {"decode1": {"fixed_s": 1.2e-3, "kv_gbs": 650.0, "serial_s_per_token": 2.5e-7},
         "decode": {"per_seq_s": 1.5e-6, "graph_s": GRAPH,
-                   "small": {"kv_gbs": 3400.0, "serial_s_per_token": 1.6e-6},
-                   "big": {"kv_gbs": 4300.0, "serial_s_per_token": 3.7e-7}},
+                   "small": {"kv_gbs": 4200.0, "block_s": 3.5e-6, "merge_s": 9e-6, "program_s": 1.3e-7},
+                   "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
         "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 760.0, "kv_gbs": 1600.0,
-                    "attention_tflops": 300.0, "serial_s_per_token": 8e-7, "per_seq_s": 5e-6}}
+                    "block_s": 5e-5, "program_s": 2e-5, "per_seq_s": 5e-6}}
 C = constants(MODEL)
-BASE = skeleton({"model": MODEL.name, "gpu": "NVIDIA H200"}, C, BUCKETS, TOKEN_BUCKETS, ATTENTION)
+BASE = skeleton({"model": MODEL.name, "gpu": "NVIDIA H200"}, C, BUCKETS, TOKEN_BUCKETS, ATTENTION, CHUNK, WAVES)
 SHAPE = CalibratedCost(BASE | {"parameters": placeholder(BASE)})
 
 
@@ -88,7 +90,7 @@ def test_held_out_shapes_are_whole_groups_and_the_error_table_reads_them():
     assert row.passes == len(sel) and row.mape == pytest.approx(mape)
     # the vectorised model the fit minimises is the simulator's
     fitted = [p for p, s in zip(passes, split) if s == "fitted"]
-    assert np.allclose(predict(params, C, Design.of(fitted, SHAPE)),
+    assert np.allclose(predict(params, C, Design.of(fitted, SHAPE), SHAPE),
                        CalibratedCost(BASE | {"parameters": params}).predict_all(fitted), rtol=1e-12)
 
 
@@ -104,7 +106,7 @@ def write_sweep(root, passes, **row):
     store = RunStore(root / "calibration")
     meta = {"run_id": "sweep-x", "engine": "continuous", "kind": "sweep", "model": MODEL.name, "gpu": "NVIDIA H200",
             "dtype": "float16", "git_commit": "abc", "torch": "2.11", "block_size": 16, "graph_buckets": BUCKETS,
-            "token_buckets": TOKEN_BUCKETS, "decode_attention": ATTENTION}
+            "token_buckets": TOKEN_BUCKETS, "decode_attention": ATTENTION, "chunk_attention": CHUNK, "sms": 132}
     store.write_run("sweep-x", passes, [], meta | row)
     return store
 

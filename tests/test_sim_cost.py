@@ -17,18 +17,19 @@ def calibration(**changes):
     d = {"format": FORMAT, "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "dtype": "float16",
          "graph_buckets": [1, 2, 4, 8, 16, 24, 32], "token_buckets": [32, 64, 128, 256, 512, 1024],
          "constants": {"weight_bytes": MODEL.weight_bytes_read_per_pass(), "flops_per_token": MODEL.flops_per_token(0),
-                       "kv_bytes_per_token": MODEL.kv_bytes_per_token(),
-                       "attention_flops_per_pair": MODEL.flops_per_token(1) - MODEL.flops_per_token(0)},
+                       "kv_bytes_per_token": MODEL.kv_bytes_per_token()},
          "decode_attention": {"kv_heads": 2, "fills_gpu": 128, "block_n": 64, "small": [64, 128], "big": [16, 1024]},
+         "chunk_attention": {"tile_tokens": 21},
+         "waves": {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1},
          "parameters": {
              "decode1": {"fixed_s": 1.2e-3, "kv_gbs": 650.0, "serial_s_per_token": 2.5e-7},
              "decode": {"per_seq_s": 1.3e-6,
                         "graph_s": {"1": 1.2e-3, "2": 1.6e-3, "4": 1.7e-3, "8": 1.7e-3, "16": 1.75e-3, "24": 1.8e-3,
                                     "32": 1.85e-3},
-                        "small": {"kv_gbs": 3500.0, "serial_s_per_token": 1.7e-6},
-                        "big": {"kv_gbs": 4300.0, "serial_s_per_token": 3.7e-7}},
+                        "small": {"kv_gbs": 4000.0, "block_s": 4e-6, "merge_s": 9e-6, "program_s": 1e-7},
+                        "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
              "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 770.0, "kv_gbs": 1600.0,
-                         "attention_tflops": 300.0, "serial_s_per_token": 8e-7, "per_seq_s": 6e-6}}}
+                         "block_s": 5e-5, "program_s": 2e-5, "per_seq_s": 6e-6}}}
     d.update(changes)
     return d
 
@@ -59,8 +60,8 @@ def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
         a, slope, valid = cost.decode_line(b, int(ctx.sum()), int(ctx.max()))
         for j in sorted({0, 1, min(valid - 1, 5000), min(valid - 1, 40)}):
             assert a + slope * j == pytest.approx(cost.pass_time([1] * b, (ctx + j).tolist()), rel=1e-12)
-        if valid < 5000:  # past the crossing another line takes over
-            assert a + slope * valid < cost.pass_time([1] * b, (ctx + valid).tolist()) * (1 - 1e-12)
+        if valid < 5000:  # past the crossing another line takes over (a step, or a boundary nothing steps at)
+            assert a + slope * valid <= cost.pass_time([1] * b, (ctx + valid).tolist()) * (1 + 1e-12)
 
 
 def test_a_calibration_file_is_read_and_applied(tmp_path):
@@ -68,25 +69,34 @@ def test_a_calibration_file_is_read_and_applied(tmp_path):
     path.write_text(json.dumps(calibration(free_gib=100.0)))
     cost = CalibratedCost.from_json(path, model="qwen2.5-1.5b")
     assert cost.free_gib == 100.0
-    w, kv, fpt, pair = (MODEL.weight_bytes_read_per_pass(), MODEL.kv_bytes_per_token(), MODEL.flops_per_token(0),
-                        cost.pair_flops)
+    w, kv, fpt = MODEL.weight_bytes_read_per_pass(), MODEL.kv_bytes_per_token(), MODEL.flops_per_token(0)
+    block = kv * 64 / 2  # one KV head's 64 positions, every layer
     # one sequence: the batch-1 kernels; its 100 positions are one slice (shorter than 128)
     assert cost.pass_time([1], [99]) == pytest.approx(1.2e-3 + 100 * kv / 650e9 + 100 * 2.5e-7)
-    # three decoding: the graph at the padded batch of 4, small-batch rates, the longest context walked whole
+    # three decoding: the graph at the padded batch of 4, small-batch slicing (4 x 2 KV heads < 128);
+    # mean length 21, one slice of one block each: one wave of 6 programs, its latency (1 + 1 blocks)
+    # longer than its read; the longest (31 positions) one block too; one slice merged
     assert bucket(3, cost.buckets) == 4 and bucket(40, cost.buckets) == 40
     assert cost.pass_time([1, 1, 1], [10, 20, 30]) == pytest.approx(
-        1.7e-3 + 63 * kv / 3500e9 + 31 * 1.7e-6 + 3 * 1.3e-6)
-    # 64 decoding (64 x 2 KV heads fill the GPU): past the largest bucket the graph time follows the
-    # last two buckets' line, 1.8 ms + (64 - 24) / 8 x 0.05 ms; 2,001 positions cut into 16 slices of
-    # at least 1,024: the critical slice walks 1,024
-    assert cost.pass_time([1] * 64, [2000] * 64) == pytest.approx(
-        2.05e-3 + 64 * 2001 * kv / 4300e9 + 1024 * 3.7e-7 + 64 * 1.3e-6)
-    # a prompt beside a decode: a prefill-kind pass, 513 tokens padded to the 1,024 bucket
+        1.7e-3 + max(2 * 4e-6, 6 * block / 4000e9) + 9e-6 + 6 * 1e-7 + 3 * 1.3e-6)
+    # 600 decoding at 2,048 cached (waves by hand): past the largest bucket, the graph time follows
+    # the last two buckets' line, 1.85 ms + (600 - 32) / 8 x 0.05 ms; 2,049 positions cut into slices
+    # of 1,024 (the big slicing: 16 slices of at least 1,024), 3 live: 2 of 16 blocks, 1 of 1 block.
+    # 2 x 600 x 2 = 2,400 full programs: 4 waves of 528 and 288 more, whose wave takes 240 of the
+    # 1,200 last slices; 960 left: a wave of 528 and one of 432.
+    rb = block / 4500e9
+    waves = (4 * max(17 * 6e-5, 528 * 16 * rb) + max(17 * 6e-5, (288 * 16 + 240) * rb)
+             + max(2 * 6e-5, 528 * rb) + max(2 * 6e-5, 432 * rb))
+    assert cost.pass_time([1] * 600, [2048] * 600) == pytest.approx(
+        1.85e-3 + 568 / 8 * 0.05e-3 + waves + 3 * 3e-5 + 3600 * 6e-8 + 600 * 1.3e-6)
+    # a prompt beside a decode: a prefill-kind pass, 513 tokens padded to the 1,024 bucket; chunk
+    # attention: 25 tiles of 21 tokens for the prompt, 1 for the decode, 52 programs over 2 KV heads
+    # in one wave; they walk 2 x (21 x 25 x 24 / 2 + 512 + 100 + 1) / 64 + 52 / 2 blocks, the longest 8
     projections = 1024 * fpt / 770e12
     assert projections > w / 4300e9
-    pairs = (512 * 513 + 1 * 202) / 2
+    work = 2 * (21 * 25 * 24 / 2 + 512 + 101) / 64 + 26
     assert cost.pass_time([512, 1], [0, 100]) == pytest.approx(
-        1.1e-3 + projections + max(613 * kv / 1600e9 + pairs * pair / 300e12, 512 * 8e-7) + 2 * 6e-6)
+        1.1e-3 + projections + max(8 * 5e-5 + 2e-5, work / 52 * 5e-5 + 2e-5, 613 * kv / 1600e9) + 2 * 6e-6)
     assert parse_cost(str(path))[0].pass_time([512, 1], [0, 100]) == cost.pass_time([512, 1], [0, 100])
 
 
@@ -99,6 +109,9 @@ def test_a_calibration_projects_to_another_gpu_by_its_bandwidth_and_arithmetic()
     assert a10.p1["fixed_s"] == pytest.approx(1.2e-3 * 4150 / 600)  # batch 1's fixed time is the weights' read
     assert a10.p1["kv_gbs"] == pytest.approx(650.0 * bw)
     assert a10.pp["weight_gbs"] == pytest.approx(4300.0 * bw) and a10.pp["matmul_tflops"] == pytest.approx(770.0 * fl)
+    assert a10.pd_rates[True]["block_s"] == pytest.approx(6e-5 / bw)  # decode attention's walk through the cache
+    assert a10.pp["block_s"] == pytest.approx(5e-5 / fl)  # chunk attention's arithmetic
+    assert a10.pd_rates[True]["program_s"] == 6e-8  # a program's start stays
     assert a10.graph_s[4] == pytest.approx(1.7e-3 * (w / 600e9) / (w / 4150e9))  # weight-bound at batch 4
     assert a10.pass_time([1], [100]) > 5 * cost.pass_time([1], [100])
     assert "projected from NVIDIA H200" in a10.gpu
@@ -112,8 +125,15 @@ def test_the_committed_h200_calibration_loads_by_name():
 
 @pytest.mark.parametrize("changes, message", [
     ({"model": "llama-3-8b"}, "cost model for 'llama-3-8b', but this run simulates 'qwen2.5-1.5b'"),
-    ({"format": "something/v0"}, "llm-sim-cost/v2"),
+    ({"format": "something/v0"}, "llm-sim-cost/v3"),
+    ({"format": "llm-sim-cost/v2"}, "expected a calibration file with \"format\": \"llm-sim-cost/v3\""),
     ({"decode_attention": None}, "decode_attention"),
+    ({"waves": None}, "missing 'waves'"),
+    ({"chunk_attention": None}, "missing 'chunk_attention'"),
+    ({"waves": {"sms": 0, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1}}, "waves.sms must hold whole"),
+    ({"waves": {"sms": 132, "prefill_programs_per_sm": 1}}, "missing 'decode_programs_per_sm'"),
+    ({"chunk_attention": {"tile_tokens": 2.5}}, "chunk_attention.tile_tokens must hold whole"),
+    ({"parameters": dict(calibration()["parameters"], prefill={"block_s": -1})}, "prefill.block_s must be"),
     ({"parameters": dict(calibration()["parameters"], prefill={"kv_gbs": "fast"})}, "prefill.kv_gbs must be a finite number"),
     ({"parameters": dict(calibration()["parameters"], prefill={"fixed_s": -1})}, "prefill.fixed_s must be"),
     ({"parameters": {"decode": {}}}, "parameters.decode1 must be an object"),
@@ -124,8 +144,9 @@ def test_the_committed_h200_calibration_loads_by_name():
 def test_a_bad_or_foreign_calibration_file_is_a_clear_error(tmp_path, changes, message):
     path = tmp_path / "c.json"
     d = calibration(**changes)
-    if d["decode_attention"] is None:
-        del d["decode_attention"]
+    for key in ("decode_attention", "waves", "chunk_attention"):
+        if d[key] is None:
+            del d[key]
     path.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         CalibratedCost.from_json(path, model="qwen2.5-1.5b")
