@@ -1,11 +1,12 @@
 """Fitting the engine's cost model (`sim.calibrated.CalibratedCost`) to timed passes.
 
 The form is the hardware's and the engine's (the module `sim.calibrated` says it term by term):
-a pass reads the weights or is bound by the projections' arithmetic, reads the KV cache it
-attends to, does attention's arithmetic, walks a critical path through the cache in one
-attention program, and pays fixed costs; decode graphs' own times are a measured table per
-padded batch. Fitted with scipy on relative error (every pass counts by its relative miss, so
-short passes matter as much as long ones).
+a pass reads the weights or is bound by the projections' arithmetic, runs its attention
+kernels' programs in waves over the GPU's SMs (each wave as long as its longest program or its
+reads), and pays fixed costs; decode graphs' own times are a measured table per padded batch.
+Fitted with scipy on relative error (every pass counts by its relative miss, so short passes
+matter as much as long ones), with a soft_l1 loss so that a repeat far off its shape's others
+pulls less than its square.
 
 Error is measured on shapes the fit did not see (whole groups of shapes held out, never random
 rows): batch sizes between the graph buckets and one context length for decode, some chunk

@@ -18,7 +18,8 @@ Its time, S sequences, sequence i putting n_i tokens through on top of c_i cache
     weights     = weight_bytes / weight_gbs             (the weight read a pass does once)
     projections = M * flops_per_token / matmul_tflops   (M: the tokens, padded to the graph's)
     kv          = sum(c_i + n_i) * kv_bytes_per_token / kv_gbs
-    serial      = (c + 1) * serial_s_per_token          (batch 1: its one context, walked in slices)
+    serial      = slice * serial_s_per_token            (batch 1: slice, the positions of the longest
+                                                        slice of its c + 1, as the decode slicing cuts it)
 
 `graph_s` holds, per decode bucket, the time of the graph itself (weights, projections, the
 programs launched for padding rows, everything not attention's work): a measured table, for
