@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
 run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
 AZURE=${AZURE:-azure-conv-2023}
-serve() { python3 -m engine serve-trace --out $R "$@"; }
+serve="python3 -m engine serve-trace --out $R"
 for part in "$@"; do
   gpu=${part#*@}; [ "$gpu" = "$part" ] && gpu=0; part=${part%@*}
   export CUDA_VISIBLE_DEVICES=$gpu
@@ -33,15 +33,15 @@ for part in "$@"; do
       run 200 python3 -m engine bench --engine continuous --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256 --warmup 1 --runs 3 --out $R
       run 150 python3 -m engine bench --engine continuous --prompts p16,p64,p1024,p4096 --warmup 1 --runs 3 --out $R ;;
     seed)
-      run 330 serve --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked
-      run 150 serve --rates 120,240,480 --requests 400 --policy continuous,chunked ;;
-    azure1x) run 200 serve --trace $AZURE --window 1200:1250 --policy continuous,chunked --name azure-1x ;;
-    azure16) run 200 serve --trace $AZURE --window 1200:1520 --rate-scale 16 --policy continuous,chunked --name azure ;;
-    azure32) run 200 serve --trace $AZURE --window 1200:1520 --rate-scale 32 --policy continuous,chunked --name azure ;;
+      run 330 $serve --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked
+      run 150 $serve --rates 120,240,480 --requests 400 --policy continuous,chunked ;;
+    azure1x) run 200 $serve --trace $AZURE --window 1200:1250 --policy continuous,chunked --name azure-1x ;;
+    azure16) run 200 $serve --trace $AZURE --window 1200:1520 --rate-scale 16 --policy continuous,chunked --name azure ;;
+    azure32) run 200 $serve --trace $AZURE --window 1200:1520 --rate-scale 32 --policy continuous,chunked --name azure ;;
     replicas)
       unset CUDA_VISIBLE_DEVICES
-      run 150 serve --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router round-robin,least-outstanding --name azure
-      run 100 serve --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
+      run 150 $serve --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router round-robin,least-outstanding --name azure
+      run 100 $serve --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
       python3 benchmarks/pass_stalls.py $R/continuous/*x2* ;;
     *) echo "unknown part $part" ;;
   esac
