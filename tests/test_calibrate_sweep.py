@@ -1,0 +1,32 @@
+"""The sweep's order: every shape timed `repeats` times, each timed pass after some other shape."""
+import pytest
+
+pytest.importorskip("torch", reason="the sweep runs the engine")
+import torch  # noqa: E402
+
+from calibrate.sweep import Shape, default_shapes, run_sweep  # noqa: E402
+from engine.continuous import ModelRunner  # noqa: E402
+from engine.paged import PagedKVCache  # noqa: E402
+from engine.weights import build_random  # noqa: E402
+
+
+def test_rounds_interleave_the_shapes_and_time_each_one_repeats_times():
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    shapes = [Shape(f"s{i}", seqs) for i, seqs in
+              enumerate((((8, 1),), ((20, 1), (3, 1)), ((0, 12),), ((5, 7), (30, 1)), ((0, 3), (0, 5))))]
+    records = run_sweep(runner, shapes, repeats=3, seed=1)
+    seen = [tuple(zip(p.context_lens, p.new_tokens)) for p in records]
+    assert sorted(seen) == sorted([s.seqs for s in shapes] * 3)
+    assert [p.step for p in records] == list(range(15))
+    rounds = [seen[i:i + 5] for i in range(0, 15, 5)]
+    assert all(sorted(r) == sorted(s.seqs for s in shapes) for r in rounds)  # each round has every shape once
+    assert len({tuple(r) for r in rounds}) > 1  # in a new order
+
+
+def test_the_grid_has_batches_like_served_workloads():
+    groups = [s.group for s in default_shapes(256, 16384)]
+    assert "decode b32 seed" in groups and "decode b256 tail" in groups
+    mixed_prompts = [s for s in default_shapes(256, 16384) if s.group.startswith("prompts") and "mixed" in s.group]
+    assert mixed_prompts and all(sum(n for _, n in s.seqs) <= 32768 and len({n for _, n in s.seqs}) > 1
+                                 for s in mixed_prompts)
