@@ -20,6 +20,10 @@ records under results/ (one replica, overlap on):
   pass ran, from the end of the pass before it: the lag that best splits those that joined the
   next pass from those that joined the one after (overlap plans a pass while the previous one
   runs, after reading the pass before that one).
+- launch_s, eager_launch_s: the median of a pass's logged planning and launch time (`host_s +
+  launch_s`), over the passes replayed as CUDA graphs and over those of more than graph_tokens
+  tokens (the largest prefill graph's, from the calibration), launched kernel by kernel: the
+  host plans its next pass only after that.
 
     python -m calibrate.host                       # print the figures
     python -m calibrate.host --write results/calibration/h200.json   # store them as its "host"
@@ -126,9 +130,21 @@ def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict]:
     wake = max(0.0, float(np.median(woke)))
     points = joins(runs)
     retire = best_split(points)
-    terms = {"fixed_s": fixed, "per_token_s": max(0.0, per_token), "wake_s": wake, "retire_s": retire}
+    graph_tokens = max(getattr(cost, "token_buckets", None) or [0])
+    launches = {True: [], False: []}  # eager or not: host_s + launch_s
+    for _, passes, _ in runs:
+        for p in passes:
+            if p.launch_s is not None and p.host_s is not None:
+                launches[bool(graph_tokens) and sum(p.new_tokens) > graph_tokens].append(p.host_s + p.launch_s)
+    if not launches[False]:
+        raise ValueError("the pass logs record no launch times (launch_s): re-run the open runs with a newer engine")
+    terms = {"fixed_s": fixed, "per_token_s": max(0.0, per_token), "wake_s": wake, "retire_s": retire,
+             "launch_s": float(np.median(launches[False])),
+             "eager_launch_s": float(np.median(launches[True])) if launches[True] else 0.0,
+             "graph_tokens": int(graph_tokens)}
     basis = {"runs": len(runs), "first_passes": len(cold), "passes_after_sleep": len(woke),
-             "idle_starts_for_slope": len(starts), "joins_near_a_pass_end": sum(1 for d, _ in points if 0 <= d < 200e-6)}
+             "idle_starts_for_slope": len(starts), "joins_near_a_pass_end": sum(1 for d, _ in points if 0 <= d < 200e-6),
+             "graph_launches": len(launches[False]), "eager_launches": len(launches[True])}
     return terms, basis
 
 
@@ -148,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for k, v in terms.items():
-        print(f"{k:12s} {v * 1e6:10.3f} us" if k != "per_token_s" else f"{k:12s} {v * 1e9:10.3f} ns")
+        print(f"{k:14s} {v:10d} tokens" if k == "graph_tokens" else
+              f"{k:14s} {v * 1e9:10.3f} ns" if k == "per_token_s" else f"{k:14s} {v * 1e6:10.3f} us")
     print("measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in basis.items()))
     if args.write:
         path = Path(args.calibration)

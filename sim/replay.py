@@ -71,6 +71,13 @@ class MeasuredPasses:
     def decode_line(self, batch_size, context_sum, context_max=None):
         return None
 
+    def launch_time(self, plan) -> float:
+        """The engine's own time building and launching this pass (its logged host and launch time)."""
+        if self.index >= len(self.passes):
+            return 0.0
+        p = self.passes[self.index]
+        return (p.host_s or 0.0) + (p.launch_s or 0.0)
+
     def idle_delay(self, plan, woke: bool) -> float:
         """From the simulator's planning moment (the later of the last pass's end and the
         newest arrival in the plan) to the engine's start of this pass."""

@@ -107,6 +107,7 @@ class Replica:
         self.busy = False  # a pass (or a run of passes) is in flight
         self.deferred: list[Sequence] = []  # overlap: arrived during a pass, not yet seen by the scheduler
         self.last_start = 0.0  # when the last pass that ended had started
+        self.host_free_at = 0.0  # overlap: when the host is done launching the pass it planned last
         self.on_leave = on_leave
         self.fast_forward = fast_forward
         self.pass_log = pass_log
@@ -182,12 +183,20 @@ class Replica:
             if peek() - now <= TIE_S:  # let what happens at this very instant (an arrival) happen first
                 yield env.timeout(peek() - now)
                 now = env.now
+            # overlap: this plan is made once the host has read the tokens of the pass before the
+            # one that just ended, and has launched the pass it planned last
+            seen_by = now
+            if self.host is not None and self.in_flight:
+                seen_by = min(now, max(self.last_start, self.host_free_at) + self.host.retire_s)
+            elif self.in_flight:
+                seen_by = self.last_start
             if self.deferred:
-                self.release_deferred(self.last_start + (self.host.retire_s if self.host is not None else 0.0))
+                self.release_deferred(seen_by)
             plan = schedule(now)
             if plan is None and self.deferred:  # with nothing else to run, the engine plans again at once
                 self.release_deferred(now)
                 plan = schedule(now)
+                seen_by = now
                 self.in_flight = False  # (after the pass in flight ended: the GPU waits for this plan)
             if plan is None:
                 self.busy = False
@@ -196,6 +205,8 @@ class Replica:
                 self.woke = True
                 continue
             self.busy = True
+            if self.host is not None:
+                self.host_free_at = seen_by + self.host.launch_time(plan)
             if self.host is not None and not self.in_flight:
                 yield env.timeout(self.host.idle_delay(plan, self.woke))
             self.in_flight, self.woke = True, False

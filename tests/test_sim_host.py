@@ -60,7 +60,29 @@ def test_retire_lag_lets_a_request_just_after_a_pass_end_join_the_next_plan():
     assert math.isclose(early.first_token_s, 0.04)
 
 
-@pytest.mark.parametrize("bad", [{"fixed_s": -1}, {"fixed_s": float("nan")}, {"wake": 0.1}, [1], {"fixed_s": 2.0}])
+@pytest.mark.parametrize("b_arrives, first_token", [(0.012, 0.04), (0.016, 0.06)])
+def test_the_next_plan_waits_for_a_pass_launched_kernel_by_kernel(b_arrives, first_token):
+    # A's 2,000-token prompt is past the largest graph (1,000 tokens): its launch keeps the host
+    # 15 ms, so the plan made while pass 1 (0-20 ms) runs is made at 15 ms and sees B if B came by
+    # then (B's prefill is pass 2, first token at 40 ms); otherwise pass 3 (60 ms)
+    host = HostTime(eager_launch_s=0.015, graph_tokens=1000)
+    rows = [(0.0, 2000, 4), (b_arrives, 100, 2)]
+    b = [x for x in run(rows, Hosted(0.02, host)).requests if x.arrival_s > 0][0]
+    assert math.isclose(b.first_token_s, first_token)
+    without = [x for x in run(rows, ConstantCost(0.02)).requests if x.arrival_s > 0][0]
+    assert math.isclose(without.first_token_s, 0.06)
+
+
+def test_launch_time_by_pass_size():
+    from core.scheduler import ScheduledPass
+    host = HostTime(launch_s=0.0005, eager_launch_s=0.015, graph_tokens=8192)
+    assert host.launch_time(ScheduledPass([], [8192], [0])) == 0.0005
+    assert host.launch_time(ScheduledPass([], [8000, 193], [0, 0])) == 0.015
+    assert HostTime(launch_s=0.0005, eager_launch_s=0.015).launch_time(ScheduledPass([], [9000], [0])) == 0.0005
+
+
+@pytest.mark.parametrize("bad", [{"fixed_s": -1}, {"fixed_s": float("nan")}, {"wake": 0.1}, [1], {"fixed_s": 2.0},
+                                 {"graph_tokens": -1}, {"graph_tokens": 1.5}, {"eager_launch_s": 3.0}])
 def test_bad_host_fields_are_named(bad):
     with pytest.raises(ValueError, match="host"):
         HostTime.from_dict(bad)
