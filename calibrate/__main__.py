@@ -176,7 +176,8 @@ def fit_main(argv: list[str]) -> int:
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
     if host_basis:
-        print("host time: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in doc["host"].items()) +
+        print("host time: " + ", ".join(f"{k} {v}" if k == "graph_tokens" else f"{k} {v * 1e6:.1f} us"
+                                        for k, v in doc["host"].items()) +
               " (measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in host_basis.items()) + ")")
     if prior:
         print("the roofline alone (no fitted term, no overhead), per regime: " +
