@@ -97,15 +97,20 @@ def blocks_needed(shape: Shape, block_size: int) -> int:
     return sum(-(-(c + n) // block_size) for c, n in shape.seqs)
 
 
-def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generator) -> ScheduledPass:
-    """A plan for `shape`: sequences with made-up token ids and block tables laid end to end."""
+def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generator,
+              scatter_over: int = 0) -> ScheduledPass:
+    """A plan for `shape`: sequences with made-up token ids and block tables laid end to end, or
+    (`scatter_over` blocks) drawn at random from that many, as a long-running engine's free list
+    hands them out."""
+    need = sum(-(-(c + n) // block_size) for c, n in shape.seqs)
+    order = rng.choice(scatter_over, need, replace=False).tolist() if scatter_over else list(range(need))
     seqs, block = [], 0
     for i, (c, n) in enumerate(shape.seqs):
         total = c + n
         # only the new tokens are read (the context's keys and values are in the cache already)
         seq = Sequence(f"s{i}", 0.0, total, 1, token_ids=[1] * c + rng.integers(0, vocab, n).tolist())
         blocks = -(-total // block_size)
-        seq.block_table = list(range(block, block + blocks))
+        seq.block_table = order[block:block + blocks]
         block += blocks
         seq.num_computed = c
         seqs.append(seq)
@@ -114,7 +119,7 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
-              progress=None, window: int = 16) -> list[PassRecord]:
+              progress=None, window: int = 16, scatter: bool = False) -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
@@ -146,7 +151,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     records: list[PassRecord] = []
     done = index = 0
     for batch, timing in windows:
-        built = [fake_plan(shape, cache.block_size, vocab, rng) for shape in batch]
+        built = [fake_plan(shape, cache.block_size, vocab, rng, cache.num_blocks if scatter else 0) for shape in batch]
         hosts = [build_host_batch(plan, cache.block_size, None) for plan in built]
         launched = []
         for plan, host in zip(built, hosts):
