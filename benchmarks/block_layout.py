@@ -1,7 +1,8 @@
-"""Does where a sequence's KV blocks lie change a pass's time? Decode and prompt passes timed with
-block tables laid end to end (as `calibrate sweep` lays them) and with blocks drawn at random
-from a cache the size of a serving engine's (as a long-running engine's free list hands them
-out), in interleaved rounds through the continuous engine's runner.
+"""Do where a sequence's KV blocks lie, or what they hold, change a pass's time? Decode and prompt
+passes timed with block tables laid end to end (as `calibrate sweep` lays them) and with blocks
+drawn at random from a cache the size of a serving engine's (as a long-running engine's free list
+hands them out), and with the cache holding values of N(0, 1) (as the sweep fills it), N(0, 0.05)
+or zeros, in interleaved rounds through the continuous engine's runner.
 
     python benchmarks/block_layout.py [--repeats 5] [--json OUT.json]
 """
@@ -46,18 +47,20 @@ def main() -> None:
     runner = ModelRunner(model, cache, 256, "triton", graphs=True)
     grid = shapes()
     result = {}
-    for layout in ("end to end", "scattered", "end to end again"):
-        records = run_sweep(runner, grid, repeats=args.repeats, seed=1, scatter=layout == "scattered")
+    fills = {"end to end": 1.0, "scattered": 1.0, "values N(0, 0.05)": 0.05, "values 0": 0.0}
+    for layout, std in fills.items():
+        records = run_sweep(runner, grid, repeats=args.repeats, seed=1, scatter=layout == "scattered", fill_std=std)
         by = defaultdict(list)
         for p in records:
             by[(tuple(p.context_lens), tuple(p.new_tokens))].append(p.duration_s * 1e3)
         result[layout] = {s.group: statistics.median(by[(tuple(c for c, _ in s.seqs), tuple(n for _, n in s.seqs))])
                           for s in grid}
     print(f"{blocks:,} KV blocks; median ms of {args.repeats} interleaved passes")
-    print(f"  {'shape':<22}" + "".join(f"{k:>18}" for k in result) + "   scattered / end to end")
+    print(f"  {'shape':<22}" + "".join(f"{k:>18}" for k in result) + "   each / end to end")
     for s in grid:
         row = [result[k][s.group] for k in result]
-        print(f"  {s.group:<22}" + "".join(f"{v:18.3f}" for v in row) + f"   {row[1] / row[0] - 1:+.1%}")
+        print(f"  {s.group:<22}" + "".join(f"{v:18.3f}" for v in row) + "   "
+              + " ".join(f"{v / row[0] - 1:+.1%}" for v in row[1:]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -119,7 +119,7 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
-              progress=None, window: int = 16, scatter: bool = False) -> list[PassRecord]:
+              progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0) -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
@@ -134,7 +134,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
                          f"has; give the sweep more memory or fewer long shapes")
     rng = np.random.default_rng(seed)
     with torch.no_grad():
-        cache.storage.normal_(0.0, 1.0)
+        cache.storage.normal_(0.0, fill_std)
     runner.clock.zero()
     shuffle = random.Random(seed).shuffle
     order = list(shapes)
