@@ -23,6 +23,7 @@ from core.records import PassRecord
 from core.scheduler import ScheduledPass, Scheduler, Sequence
 from sim.cost import CostModel
 from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
+from sim.heat import HeatState
 from sim.host import HostTime
 
 
@@ -30,6 +31,7 @@ from sim.host import HostTime
 # arriving at it, however the float rounding of the boundary went (stepping adds durations one by
 # one, fast-forward computes a run's boundaries in closed form).
 TIE_S = 1e-9
+HEAT_NEGLIGIBLE = 1e-3  # a decode run is fast-forwarded only once recent prompt work slows it by less than this
 
 
 def run_time(a: float, b: float, k: int) -> float:
@@ -102,6 +104,8 @@ class Replica:
         self.swap_link = swap_link
         self.overlap = overlap
         self.host = host if host is not None and not host.zero else None
+        heat = getattr(cost, "heat", None)  # recent prompt work slowing decode passes (sim.heat)
+        self.heat = HeatState(heat) if heat is not None and not heat.zero else None
         self.in_flight = False  # the engine has a pass in flight when it plans the next (else: host delay)
         self.woke = False  # the replica slept for lack of work since its last pass
         self.busy = False  # a pass (or a run of passes) is in flight
@@ -211,7 +215,8 @@ class Replica:
                 yield env.timeout(self.host.idle_delay(plan, self.woke))
             self.in_flight, self.woke = True, False
             # (requests deferred now are seen at the end of the next pass: that pass goes alone)
-            run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) else None
+            run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) \
+                and (self.heat is None or self.heat.factor(now) < 1.0 + HEAT_NEGLIGIBLE) else None
             if run is None:
                 yield from self.one_pass(plan)
             else:
@@ -245,6 +250,11 @@ class Replica:
         env = self.env
         start = env.now
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
+        if self.heat is not None:
+            prefill = any(n > 1 for n in plan.new_tokens)
+            if not prefill:
+                duration *= self.heat.factor(start)
+            self.heat.passed(start, duration, prefill)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
         yield env.timeout(duration)
@@ -278,14 +288,18 @@ class Replica:
         try:
             yield env.timeout(a * k + b * (k * (k - 1) // 2))  # run_time(a, b, k)
         except simpy.Interrupt:
-            # the news joins at the next boundary; with overlap the pass after it is planned already
-            k = min(k, passes_started(a, b, env.now - start, k) + self.overlap)
+            # the news joins at the next boundary; with overlap the pass after it is planned already,
+            # unless the news came as the run began (the plan of its second pass sees it)
+            elapsed = env.now - start
+            k = min(k, passes_started(a, b, elapsed, k) + (self.overlap and elapsed > TIE_S))
             self.run = (plan, start, a, b, k)
             end = start + run_time(a, b, k)
             if end > env.now:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
+        if self.heat is not None:  # (started rested: decode passes only let it cool)
+            self.heat.passed(start, env.now - start, False)
         self.last_start = start + (a * (k - 1) + b * ((k - 1) * (k - 2) // 2))  # run_time(a, b, k - 1)
         self.num_steps += 1
         times = None

@@ -182,3 +182,13 @@ def test_fast_forward_matches_stepping_when_arrivals_land_on_pass_boundaries(g):
     swap = SwapLink(MODEL.kv_bytes_per_token(), 25e9) if g["policy"].endswith("swap") else None
     assert_same_runs(trace, POLICIES[g["policy"]], ConstantCost(g["step"]), swap_link=swap, overlap=g["overlap"],
                      fewer_steps=False)
+
+
+def test_news_as_a_fast_forwarded_run_begins_joins_its_second_pass_with_overlap():
+    """Found by hypothesis: a request arriving at the very instant a decode run starts (a tie
+    with the pass boundary) is seen by the plan of the run's second pass when stepping; the
+    fast-forward used to run two passes before it (the second "planned already")."""
+    trace = Trace(np.array([0, 0, 0, 71, 168, 199]) * 0.002 + 2.7, np.array([1, 1, 1, 1, 128, 1]),
+                  np.array([1, 1, 1, 128, 32, 1]), priority=np.arange(6) % 3)
+    ff, step = assert_same_runs(trace, POLICIES["chunked"], ConstantCost(0.002), overlap=True, fewer_steps=False)
+    assert max(r.first_token_s for r in ff.requests) == pytest.approx(3.102)

@@ -1,0 +1,100 @@
+"""How much recent prompt work slows the GPU's next decode passes.
+
+Measured on the H200 (`results/calibration`): a decode pass that starts just after a long prefill
+pass (prompts run near the card's arithmetic peak, and its power limit) runs several percent
+slower than the same pass after a rest, and recovers over some tens of milliseconds; in the
+open Azure runs at 32x the decode passes within 1 ms of a prefill ran 10% longer than the
+calibration said, those 0.1-1 s after one 3% shorter. The model: a leaky integrator of the
+seconds spent in passes that carry prompt tokens,
+
+    dH/dt = [a prefill pass is running] - H / tau_s
+
+and a decode pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times
+its rested time (H / tau_s is between 0, rested, and 1, after prefill for much longer than
+tau_s). `kappa` and `tau_s` are fitted with the cost model (`calibrate.fit`) on the sweep's own
+pass stream, and stored in the calibration file's optional "heat" field (none: no effect).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MAX_TAU_S = 10.0
+
+
+@dataclass(frozen=True)
+class Heat:
+    kappa: float = 0.0   # the slow-down after a long prefill (0.1: 10% longer)
+    tau_s: float = 0.0   # how fast the integrator leaks, seconds
+
+    def __post_init__(self) -> None:
+        for name, high in (("kappa", 1.0), ("tau_s", MAX_TAU_S)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
+                raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
+        if self.kappa and not self.tau_s:
+            raise ValueError("heat.tau_s must be above 0 when heat.kappa is")
+
+    @classmethod
+    def from_dict(cls, d, source: str = "calibration") -> "Heat":
+        if d is None:
+            return cls()
+        if not isinstance(d, dict) or set(d) - {"kappa", "tau_s"}:
+            raise ValueError(f"{source}: heat must be an object with kappa and tau_s, got {d!r}")
+        try:
+            return cls(**d)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    @property
+    def zero(self) -> bool:
+        return not self.kappa
+
+    def as_dict(self) -> dict:
+        return {"kappa": self.kappa, "tau_s": self.tau_s}
+
+
+class HeatState:
+    """The integrator over one GPU's passes, fed in time order."""
+
+    def __init__(self, heat: Heat):
+        self.heat = heat
+        self.level = 0.0   # H, seconds, at time `at`
+        self.at = 0.0
+
+    def value(self, t: float) -> float:
+        """H at time t (no prefill since `at`)."""
+        if not self.heat.tau_s or t <= self.at:
+            return self.level
+        return self.level * math.exp(-(t - self.at) / self.heat.tau_s)
+
+    def factor(self, t: float) -> float:
+        """A decode pass starting at t takes this many times its rested time."""
+        if self.heat.zero:
+            return 1.0
+        return 1.0 + self.heat.kappa * self.value(t) / self.heat.tau_s
+
+    def passed(self, start: float, duration: float, prefill: bool) -> None:
+        """A pass ran from start for duration seconds (carrying prompt tokens or not)."""
+        if not self.heat.tau_s:
+            return
+        tau = self.heat.tau_s
+        level = self.value(start)
+        if prefill:
+            decay = math.exp(-duration / tau)
+            level = level * decay + tau * (1.0 - decay)
+        else:
+            level *= math.exp(-duration / tau)
+        self.level, self.at = level, start + duration
+
+
+def factors(passes, heat: Heat) -> list[float]:
+    """The factor of every pass of a logged stream (PassRecords of one GPU, any order), 1 for
+    passes that carry prompt tokens."""
+    state = HeatState(heat)
+    out = {}
+    for p in sorted(passes, key=lambda p: p.start_s):
+        prefill = any(n > 1 for n in p.new_tokens)
+        out[id(p)] = 1.0 if prefill else state.factor(p.start_s)
+        state.passed(p.start_s, p.duration_s, prefill)
+    return [out[id(p)] for p in passes]
