@@ -6,7 +6,7 @@ kernels' programs in waves over the GPU's SMs (each wave as long as its longest 
 reads), and pays fixed costs; decode graphs' own times are a measured table per padded batch.
 Fitted with scipy on relative error (every pass counts by its relative miss, so short passes
 matter as much as long ones), with a soft_l1 loss so that a repeat far off its shape's others
-pulls less than its square.
+pulls less than its square, regime by regime (decode1, decode and prefill share no parameter).
 
 Error is measured on shapes the fit did not see (whole groups of shapes held out, never random
 rows): batch sizes between the graph buckets and one context length for decode, some chunk
@@ -27,7 +27,8 @@ from sim.calibrated import DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, UNITS, Ca
 from sim.cost import RooflineCost
 
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
-         "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3}
+         "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3,
+         "eager_s": 1e-3, "shared": 0.9}
 # The waves a kernel's programs run in: the GPU's SMs (a sweep row's "sms" wins; else this table,
 # from the vendors' specs) times the programs of a kernel resident on one SM at once (decode
 # attention: 4, its registers and shared memory allow; chunk attention's 128-row tiles: 1).
@@ -37,6 +38,7 @@ DECODE_PROGRAMS_PER_SM = 4
 PREFILL_PROGRAMS_PER_SM = 1
 ROBUST_SCALE = 0.05  # soft_l1's scale: a pass more than ~5% off its prediction counts less than its square
 MIN_PASSES = {"decode1": 6, "decode": 12, "prefill": 12}
+PREFILL_PRIOR = {"block_s": 5e-5, "program_s": 1e-4}  # chunk attention: a block and a tile's fixed cost, every layer
 
 
 def constants(model: ModelConfig, dtype_bytes: int = 2) -> dict:
@@ -90,7 +92,7 @@ def skeleton(meta: dict, c: dict, buckets: list[int], token_buckets: list[int], 
             "decode_attention": attention, "chunk_attention": chunk, "waves": waves, "units": UNITS}
 
 
-DECODE_SHAPE = ("programs", "blocks", "tail", "full1", "r", "k", "full2", "rem2", "crit", "merges")
+DECODE_SHAPE = ("programs", "blocks", "crit", "merges")
 
 
 @dataclass
@@ -98,27 +100,28 @@ class Design:
     """Per pass, what the model's parameters multiply (vectorised): for decode the arguments of
     `CalibratedCost.decode_attention` (DECODE_SHAPE), for prefill those of `chunk_attention`
     (kv, programs, blocks: all programs' blocks, crit, waves); decode1's crit is its slice's
-    positions; `graph` each decode pass's index into `buckets`, the decode buckets fitted."""
+    positions, merges its live slices; `graph` each decode pass's index into `buckets`, the
+    decode buckets fitted."""
 
     regime: np.ndarray   # 0 decode1, 1 decode, 2 prefill
     big: np.ndarray      # decode: the padded batch fills the GPU (the second slicing)
     graph: np.ndarray
     m: np.ndarray        # prefill: tokens padded to the graph's
+    eager: np.ndarray    # prefill: past the largest token bucket (no graph)
     kv: np.ndarray       # KV positions read
     crit: np.ndarray
     programs: np.ndarray
     blocks: np.ndarray
-    tail: np.ndarray
-    full1: np.ndarray
-    r: np.ndarray
-    k: np.ndarray
-    full2: np.ndarray
-    rem2: np.ndarray
     merges: np.ndarray
     waves: np.ndarray
     seqs: np.ndarray
     seconds: np.ndarray
     buckets: list[int]
+
+    def rows(self, sel: np.ndarray) -> "Design":
+        """The passes `sel` picks."""
+        return Design(**{k: getattr(self, k)[sel] for k in self.__dataclass_fields__ if k != "buckets"},
+                      buckets=self.buckets)
 
     @classmethod
     def of(cls, passes: list[PassRecord], model: CalibratedCost) -> "Design":
@@ -132,16 +135,18 @@ class Design:
             row.update(regime=("decode1", "decode", "prefill").index(r), graph=-1, seqs=S, seconds=p.duration_s,
                        kv=sum(ctx) + sum(n))
             if r == "decode1":
-                row["crit"] = model.slice_positions(ctx[0] + 1, 1)
+                _, _, live, blk = model.slice_of(ctx[0] + 1, model.kv_heads >= model.fills_gpu)
+                row.update(crit=blk * model.block_n, merges=live)
             elif r == "decode":
-                B, big, *shape = model.decode_waves(S, sum(ctx), max(ctx))
+                B, big, *shape = model.decode_shape(S, sum(ctx), max(ctx))
                 row.update(big=big, graph=fitted.index(B), **dict(zip(DECODE_SHAPE, shape)))
             else:
-                kv, P, work, crit, waves = model.chunk_waves(n, ctx)
-                row.update(m=bucket(sum(n), model.token_buckets), programs=P, blocks=work, crit=crit, waves=waves)
+                P, work, crit, waves = model.chunk_waves(n, ctx)
+                m = bucket(sum(n), model.token_buckets)
+                row.update(m=m, eager=model.eager(m), programs=P, blocks=work, crit=crit, waves=waves)
             for k in names:
                 cols[k].append(row[k])
-        return cls(**{k: np.asarray(v, dtype=None if k in ("regime", "big", "graph") else float)
+        return cls(**{k: np.asarray(v, dtype=None if k in ("regime", "big", "graph", "eager") else float)
                       for k, v in cols.items()}, buckets=fitted)
 
 
@@ -149,16 +154,22 @@ def unpack(theta: np.ndarray, buckets: list[int]) -> dict:
     """Parameter vector (logs) -> the file's parameters."""
     v = iter(np.exp(theta).tolist())
     p = {"decode1": {k: next(v) for k in DECODE1},
-         "decode": {"per_seq_s": next(v), "small": {k: next(v) for k in DECODE_ATTENTION},
+         "decode": {"small": {k: next(v) for k in DECODE_ATTENTION},
                     "big": {k: next(v) for k in DECODE_ATTENTION}},
          "prefill": {k: next(v) for k in PREFILL}}
     p["decode"]["graph_s"] = {str(b): next(v) for b in buckets}
     return p
 
 
+def layout(buckets: list[int]) -> list[tuple[int, str]]:
+    """(regime, name) of each entry of the parameter vector, in `unpack`'s order (0 decode1, 1
+    decode, 2 prefill: no parameter is shared between regimes)."""
+    return ([(0, k) for k in DECODE1] + [(1, k) for k in DECODE_ATTENTION] * 2
+            + [(2, k) for k in PREFILL] + [(1, "graph_s")] * len(buckets))
+
+
 def initial(buckets: list[int]) -> np.ndarray:
-    names = list(DECODE1) + ["per_seq_s"] + list(DECODE_ATTENTION) * 2 + list(PREFILL) + ["graph_s"] * len(buckets)
-    return np.log([PRIOR[n] for n in names])
+    return np.log([PREFILL_PRIOR.get(n, PRIOR[n]) if r == 2 else PRIOR[n] for r, n in layout(buckets)])
 
 
 def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarray:
@@ -167,30 +178,32 @@ def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarr
     kvb = c["kv_bytes_per_token"]
     p1, pd, pp = params["decode1"], params["decode"], params["prefill"]
     sel = f.regime == 0
-    out[sel] = p1["fixed_s"] + f.kv[sel] * kvb / (p1["kv_gbs"] * 1e9) + f.crit[sel] * p1["serial_s_per_token"]
+    out[sel] = p1["fixed_s"] + f.crit[sel] * p1["serial_s_per_token"] + f.merges[sel] * p1["merge_s"]
     sel = f.regime == 1
     if sel.any():
         graph = np.array([pd["graph_s"][str(b)] for b in f.buckets])
         rate = {k: np.where(f.big[sel], pd["big"][k], pd["small"][k]) for k in DECODE_ATTENTION}
         tb, C = rate["block_s"], model.decode_wave
         rb = model.block_bytes / (rate["kv_gbs"] * 1e9)
-        blk, tail, r, rem2 = f.blocks[sel], f.tail[sel], f.r[sel], f.rem2[sel]
-        lat1, lat2 = (blk + 1) * tb, (tail + 1) * tb
-        waves = (f.full1[sel] * np.maximum(lat1, C * blk * rb)
-                 + np.where(r > 0, np.maximum(lat1, (r * blk + f.k[sel] * tail) * rb), 0.0)
-                 + f.full2[sel] * np.maximum(lat2, C * tail * rb) + np.where(rem2 > 0, np.maximum(lat2, rem2 * tail * rb), 0.0))
+        P, blk = f.programs[sel], f.blocks[sel]
+        full = np.floor(P / C)
+        rest = P - full * C
+        lat = (blk + 1) * tb
+        waves = full * np.maximum(lat, C * blk * rb) + np.where(rest > 0, np.maximum(lat, rest * blk * rb), 0.0)
         attention = (np.maximum(waves, (f.crit[sel] + 1) * tb) + f.merges[sel] * rate["merge_s"]
-                     + f.programs[sel] * rate["program_s"])
-        out[sel] = graph[f.graph[sel]] + attention + f.seqs[sel] * pd["per_seq_s"]
+                     + P * rate["program_s"])
+        out[sel] = graph[f.graph[sel]] + attention
     sel = f.regime == 2
     if sel.any():
         weights = c["weight_bytes"] / (pp["weight_gbs"] * 1e9)
         projections = f.m[sel] * c["flops_per_token"] / (pp["matmul_tflops"] * 1e12)
         P = f.programs[sel]
-        attention = np.maximum.reduce([f.crit[sel] * pp["block_s"] + pp["program_s"],
-                                       f.waves[sel] * (f.blocks[sel] / P * pp["block_s"] + pp["program_s"]),
-                                       f.kv[sel] * kvb / (pp["kv_gbs"] * 1e9)])
-        out[sel] = pp["fixed_s"] + np.maximum(weights, projections) + attention + f.seqs[sel] * pp["per_seq_s"]
+        waves = f.waves[sel]
+        attention = np.maximum(f.crit[sel] * pp["block_s"] + pp["program_s"],
+                               waves * np.where(waves > 1, pp["shared"], 1.0) * (f.blocks[sel] / P * pp["block_s"]
+                                                                                 + pp["program_s"]))
+        out[sel] = (pp["fixed_s"] + np.maximum(weights, projections) + attention + f.seqs[sel] * pp["per_seq_s"]
+                    + f.eager[sel] * pp["eager_s"])
     return out
 
 
@@ -218,20 +231,29 @@ def check_coverage(passes: list[PassRecord]) -> None:
 
 def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict:
     """The parameters minimising the passes' relative error, robustly (soft_l1: a repeat far off
-    its shape's others pulls less than its square), a few starts, the best kept."""
+    its shape's others pulls less than its square), regime by regime (they share no parameter,
+    so each gets its own best of a few starts)."""
     check_coverage(passes)
     f = Design.of(passes, model)
+    owner = np.array([r for r, _ in layout(f.buckets)])
+    theta = initial(f.buckets)
+    for r in (0, 1, 2):
+        rows, idx = f.regime == r, owner == r
+        part = f.rows(rows)
 
-    def residuals(theta):
-        return predict(unpack(theta, f.buckets), c, f, model) / f.seconds - 1.0
+        def residuals(sub, part=part, idx=idx):
+            full = theta.copy()
+            full[idx] = sub
+            return predict(unpack(full, f.buckets), c, part, model) / part.seconds - 1.0
 
-    best = None
-    for scale in (1.0, 0.3, 3.0):
-        result = least_squares(residuals, initial(f.buckets) + np.log(scale), method="trf", max_nfev=3000,
-                               loss="soft_l1", f_scale=ROBUST_SCALE)
-        if best is None or result.cost < best.cost:
-            best = result
-    return unpack(best.x, f.buckets)
+        best = None
+        for scale in (1.0, 0.3, 3.0):
+            result = least_squares(residuals, theta[idx] + np.log(scale), method="trf", max_nfev=3000,
+                                   loss="soft_l1", f_scale=ROBUST_SCALE)
+            if best is None or result.cost < best.cost:
+                best = result
+        theta[idx] = best.x
+    return unpack(theta, f.buckets)
 
 
 @dataclass
@@ -286,6 +308,8 @@ def _show(name: str, v: float) -> str:
     unit = UNITS[name]
     if name == "serial_s_per_token":
         return f"serial {v * 1e9:.2f} ns/position"
+    if name == "shared":
+        return f"shared {v:.3f} (a wave's time, past the first)"
     if name in PER:
         return f"{name.removesuffix('_s')} {v * 1e9:,.1f} ns/{PER[name]}"
     short = name.removesuffix("_s").removesuffix("_gbs").removesuffix("_tflops")
@@ -299,7 +323,7 @@ def format_params(params: dict) -> str:
     sizes = sorted(graph, key=int)
     lines = ["  decode1  " + ", ".join(_show(k, params["decode1"][k]) for k in DECODE1),
              f"  decode   graph {graph[sizes[0]] * 1e3:.3f} ms at batch {sizes[0]} .. {graph[sizes[-1]] * 1e3:.3f} ms at "
-             f"{sizes[-1]}, per_seq {d['per_seq_s'] * 1e6:.2f} us; small batches: "
+             f"{sizes[-1]}; small batches: "
              + ", ".join(_show(k, d["small"][k]) for k in DECODE_ATTENTION) + "; full: "
              + ", ".join(_show(k, d["big"][k]) for k in DECODE_ATTENTION),
              "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]

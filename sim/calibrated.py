@@ -1,5 +1,5 @@
 """The continuous engine's measured pass time: the cost model `calibrate fit` writes and the
-simulator reads (`--cost calibrated:h200`, or a file in the format "llm-sim-cost/v3").
+simulator reads (`--cost calibrated:h200`, or a file in the format "llm-sim-cost/v4").
 
 A pass falls in one of three regimes, as the engine runs it:
 
@@ -7,46 +7,55 @@ A pass falls in one of three regimes, as the engine runs it:
 - `decode`: every sequence decoding (a CUDA graph at the padded batch B = `bucket(S)`, S itself
   past the largest bucket, launched kernel by kernel);
 - `prefill`: anything else: prompts, chunks, mixed passes (a graph at the token count padded to
-  a power of two up to 8,192, kernel by kernel beyond).
+  a power of two up to the largest token bucket, 8,192; kernel by kernel beyond: `eager`).
 
 Its time, S sequences, sequence i putting n_i tokens through on top of c_i cached ones:
 
-    decode1:  fixed_s + kv + serial
-    decode:   graph_s[B] + decode_attention + S * per_seq_s
-    prefill:  fixed_s + max(weights, projections) + chunk_attention + S * per_seq_s
+    decode1:  fixed_s + blocks(L) * block_n * serial_s_per_token + live(L) * merge_s
+    decode:   graph_s[B] + decode_attention
+    prefill:  fixed_s + max(weights, projections) + chunk_attention + S * per_seq_s (+ eager_s)
 
     weights     = weight_bytes / weight_gbs             (the weight read a pass does once)
     projections = M * flops_per_token / matmul_tflops   (M: the tokens, padded to the graph's)
-    kv          = sum(c_i + n_i) * kv_bytes_per_token / kv_gbs
-    serial      = slice * serial_s_per_token            (batch 1: slice, the positions of the longest
-                                                        slice of its c + 1, as the decode slicing cuts it)
 
 `graph_s` holds, per decode bucket, the time of the graph itself (weights, projections, the
 programs launched for padding rows, everything not attention's work): a measured table, for
-cuBLAS's time does not follow B smoothly.
+cuBLAS's time does not follow B smoothly. `eager_s` is what a prefill pass past the largest
+token bucket pays for launching its kernels one by one.
 
-Decode attention (`decode_waves`). The kernel's grid is (B, kv_heads, slices): every program
-takes one slice of one sequence's context for one KV head. Slicing by the padded batch B the
-graph was captured at (what the engine launches): `slicing[B * kv_heads >= fills_gpu]` gives
-(slices, shortest); a context of L positions (the new token's included) is cut into slices of
-sl(L) = max(ceil(ceil(L / slices) / block_n) * block_n, shortest) positions, live(L) =
-ceil(L / sl(L)) of them (programs past the last exit at once: their cost is the graph's).
-From the batch's mean length Lbar = ceil(sum c_i / S) + 1 and longest Lm = max c_i + 1 (closed
-form: no loop over programs):
+Decode attention's slices. The kernel's grid is (B, kv_heads, slices): every program takes one
+slice of one sequence's context for one KV head; slices past a context's end exit at once (their
+cost is the graph's). By the padded batch B the graph was captured at (what the engine
+launches), `slicing[B * kv_heads >= fills_gpu]` gives (slices, shortest), and a context of L
+positions (the new token's included) is cut into slices of sl(L) = max(ceil(ceil(L / slices) /
+block_n) * block_n, shortest) positions (`slice_of`). The engine walks whole slices and whole
+blocks; the model takes their counts as expected over a context's offset into its last slice or
+block, so that a run of decode passes (every context one longer each pass) is piecewise linear,
+with kinks hundreds to thousands of positions apart:
 
-    P       = kv_heads * S * live(Lbar)                    live programs
-    blk     = ceil(min(sl(Lbar), Lbar) / block_n)          blocks a program walks
-    waves   = ceil(P / wave), wave = sms * decode_programs_per_sm programs resident at once
-    a wave  = max((blk + 1) * block_s, programs_in_it * blk * block_bytes / kv_gbs)
-    decode_attention = max(sum of the waves, (crit + 1) * block_s) + live(Lm) * merge_s
-                       + P * program_s
+    work(L)   = max(1, L / sl)             full slices' worth of programs
+    live(L)   = max(1, L / sl + 1/2)       slices merged (the last one partial)
+    blocks(L) = min(sl, L + block_n / 2) / block_n      blocks a full slice walks
 
-a wave lasts as long as its longest program's walk (a latency, block_s a block, one block's
-worth for starting) or its programs' reads at the KV bandwidth, whichever is longer (block_bytes:
-one KV head's K and V of block_n positions over every layer); crit = ceil(min(sl(Lm), Lm) /
-block_n), the longest context's slice, can outlast the waves; the last slice of the longest
-context merges its live(Lm) partials (merge_s each). `block_s`, `merge_s`, `program_s` and
-`kv_gbs` have a value for small batches (the first slicing) and one for batches that fill the GPU.
+Batch 1's time is its longest slice's walk (serial_s_per_token a position) and the merge of its
+live slices by the last one to finish (merge_s each): a lone sequence's few programs are
+latency-bound, far from the KV bandwidth. A batch's (`decode_attention`), from its mean length
+Lbar = ceil(sum c_i / S) + 1 and its longest Lm = max c_i + 1 (closed form, no loop over
+sequences):
+
+    P       = kv_heads * S * work(Lbar)                 programs, in full slices
+    C       = sms * decode_programs_per_sm              programs resident at once (a wave)
+    full, rest = P // C, P - full * C                   full waves, the last wave's programs
+    lat     = (blocks(Lbar) + 1) * block_s              a wave's longest walk (a block to start)
+    waves   = full * max(lat, C * blocks * block_bytes / kv_gbs)
+              + max(lat, rest * blocks * block_bytes / kv_gbs)     (if rest > 0)
+    decode_attention = max(waves, (blocks(Lm) + 1) * block_s) + live(Lm) * merge_s + P * program_s
+
+a wave lasts as long as its longest program's walk or its programs' reads at the KV bandwidth,
+whichever is longer (block_bytes: one KV head's K and V of block_n positions over every layer);
+the longest context's slice can outlast the waves; its live slices are merged by the last.
+`block_s`, `merge_s`, `program_s` and `kv_gbs` have a value for small batches (the first
+slicing) and one for batches that fill the GPU.
 
 Chunk attention (`chunk_waves`), prefill and mixed passes: the kernel's programs are tiles of
 `tile_tokens` query tokens of one sequence and one KV head, sequence i has t_i = ceil(n_i /
@@ -57,17 +66,19 @@ tile_tokens, n_i)) / block_n) blocks:
     work   = kv_heads * sum (t_i c_i + tile_tokens t_i (t_i - 1) / 2 + n_i) / block_n + P / 2
     crit   = ceil(max(c_i + n_i) / block_n)         the longest tile's blocks
     waves  = ceil(P / (sms * prefill_programs_per_sm))
-    chunk_attention = max(crit * block_s + program_s, waves * ((work / P) * block_s + program_s),
-                          kv * kv_bytes_per_token / kv_gbs)
+    mean   = (work / P) * block_s + program_s       a mean tile (program_s: a tile's own cost)
+    chunk_attention = max(crit * block_s + program_s, waves * mean * (shared if waves > 1 else 1))
 
-its programs run in waves of the SMs' resident programs, each wave as long as a mean program
-(the tiles of one sequence run longest first, so a list schedule's waves are near even), never
-shorter than the longest tile nor than reading the KV cache once.
+its programs run in waves of the SMs' resident programs, each wave as long as a mean tile (the
+tiles of one sequence run longest first, so a list schedule's waves are near even), never
+shorter than the longest tile; past the first wave, waves overlap (a tile starts as another
+ends, no barrier between them): `shared`, fitted, is the share of a lone wave's time each takes.
 """
 from __future__ import annotations
 
 import copy
 import json
+from bisect import bisect_left
 import math
 import re
 from pathlib import Path
@@ -77,26 +88,28 @@ from core.roofline import GPUSpec
 from sim.host import HostTime
 from traces.trace import MAX_ARRIVAL_S
 
-FORMAT = "llm-sim-cost/v3"
+FORMAT = "llm-sim-cost/v4"
+# A decode line's longest run: its slope, the difference of two passes' times, carries their
+# rounding (~1e-16 of a pass), which j passes later is j times larger: under 1e-12 of a pass here.
+LINE_MAX = 1024
 ALWAYS = 1 << 62
 # Bounds on a file's numbers, so that no pass takes longer than the longest trace (or forever):
 # times at most MAX_ARRIVAL_S (1e8 s), a rate 0 (its term off) or at least MIN_RATE per second.
 MIN_RATE = 1e-6
-UNITS = {"fixed_s": "s", "graph_s": "s", "per_seq_s": "s", "serial_s_per_token": "s", "block_s": "s",
-         "merge_s": "s", "program_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s", "matmul_tflops": "TFLOP/s"}
-DECODE1 = ("fixed_s", "kv_gbs", "serial_s_per_token")
+UNITS = {"fixed_s": "s", "graph_s": "s", "eager_s": "s", "per_seq_s": "s", "serial_s_per_token": "s", "block_s": "s",
+         "merge_s": "s", "program_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s", "matmul_tflops": "TFLOP/s",
+         "shared": "x"}
+DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
 DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s")
-PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "kv_gbs", "block_s", "program_s", "per_seq_s")
+PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
 
 
 def bucket(n: int, buckets: Sequence[int]) -> int:
-    """The padded size a CUDA graph runs n rows at: the smallest bucket that holds them (n itself
-    past the largest bucket, run without a graph)."""
-    for b in buckets:
-        if b >= n:
-            return b
-    return n
+    """The padded size a CUDA graph runs n rows at: the smallest bucket (of the sorted `buckets`)
+    that holds them (n itself past the largest bucket, run without a graph)."""
+    i = bisect_left(buckets, n)
+    return buckets[i] if i < len(buckets) else n
 
 
 def regime(new_tokens: Sequence[int]) -> str:
@@ -133,7 +146,6 @@ class CalibratedCost:
         self.block_bytes = self.kv_bytes * self.block_n / self.kv_heads  # one KV head's block, every layer
         p = d["parameters"]
         self.p1 = self._values(p, "decode1", DECODE1)
-        self.pd = self._values(p, "decode", ("per_seq_s",))
         self.pd_rates = {big: self._values(p["decode"], part, DECODE_ATTENTION, f"decode.{part}")
                          for big, part in ((False, "small"), (True, "big"))}
         graph = p["decode"].get("graph_s")
@@ -184,67 +196,70 @@ class CalibratedCost:
         part = params.get(name)
         if not isinstance(part, dict):
             raise ValueError(f"{self.source}: parameters.{where or name} must be an object with {list(keys)}")
-        return {k: self._number(part.get(k, 0.0), f"{where or name}.{k}") for k in keys}
+        return {k: self._number(part.get(k, 1.0 if k == "shared" else 0.0), f"{where or name}.{k}") for k in keys}
 
     # ------------------------------------------------------------------ the terms
 
-    def slice_positions(self, length: int, batch: int) -> int:
-        """Positions the longest decode-attention slice of a context of `length` walks, `batch`
-        sequences launched (batch 1's critical path)."""
-        return min(self._slice(length, batch * self.kv_heads >= self.fills_gpu)[0], length)
-
-    def _slice(self, length: int, big: bool) -> tuple[int, int]:
-        """(positions a slice, live slices) of a context of `length` positions (module docstring)."""
+    def slice_of(self, length: int, big: bool) -> tuple[int, float, float, float]:
+        """(positions a slice sl, full slices' worth of work, live slices, blocks a full slice
+        walks) of a context of `length` positions: work = max(1, length / sl), live = max(1,
+        length / sl + 1/2) and blocks = min(sl, length + block_n / 2) / block_n, the whole slices
+        and blocks the engine walks (ceil) as expected over the context's offsets (module docstring)."""
         slices, shortest = self.slicing[big]
-        sl = max(-(-(-(-length // slices)) // self.block_n) * self.block_n, shortest)
-        return sl, -(-length // sl)
+        bn = self.block_n
+        sl = max(-(-(-(-length // slices)) // bn) * bn, shortest)
+        return sl, max(1.0, length / sl), max(1.0, length / sl + 0.5), min(sl, length + bn / 2) / bn
 
-    def decode_waves(self, S: int, context_sum: int, context_max: int) -> tuple:
-        """A decode pass's attention, as the module docstring says: the padded batch B, big, and
-        the arguments of `decode_attention`."""
+    def _region_end(self, length: int, big: bool) -> int:
+        """Passes from a context of `length` positions (one longer each pass) to the next kink of
+        `slice_of` (live slices grow from sl / 2, work from sl, blocks stop at sl - block_n / 2) or
+        step (the slice length grows past slices * sl positions)."""
+        slices, shortest = self.slicing[big]
+        bn = self.block_n
+        return _region_end(length, max(-(-(-(-length // slices)) // bn) * bn, shortest), slices, bn)
+
+    def decode_shape(self, S: int, context_sum: int, context_max: int) -> tuple:
+        """A decode pass's attention, as the module docstring says: (padded batch B, big, programs P
+        in full slices' worth, blocks a full slice walks, the longest slice's blocks, slices merged)."""
         B = bucket(S, self.buckets)
         big = B * self.kv_heads >= self.fills_gpu
         mean, longest = -(-context_sum // S) + 1, context_max + 1
-        bn, C = self.block_n, self.decode_wave
-        sl, live = self._slice(mean, big)
-        slm, live_m = self._slice(longest, big)
-        blk = -(-min(sl, mean) // bn)                   # a full slice's blocks
-        tail = -(-(mean - (live - 1) * sl) // bn)       # the last slice's
-        n1, n2 = self.kv_heads * S * (live - 1), self.kv_heads * S
-        full1, r = divmod(n1, C)
-        k = min(C - r, n2) if r else 0                  # last slices in the wave the full ones leave
-        full2, rem2 = divmod(n2 - k, C)
-        return B, big, n1 + n2, blk, tail, full1, r, k, full2, rem2, -(-min(slm, longest) // bn), live_m
+        _, work, _, blk = self.slice_of(mean, big)
+        _, _, live_m, crit = self.slice_of(longest, big)
+        return B, big, self.kv_heads * S * work, blk, crit, live_m
 
-    def decode_attention(self, big: bool, P: int, blk: int, tail: int, full1: int, r: int, k: int, full2: int,
-                         rem2: int, crit: int, merges: int) -> float:
+    def decode_attention(self, big: bool, P: float, blk: float, crit: float, merges: float) -> float:
+        return _attention(self._attention_parts(big, P, blk, crit, merges))
+
+    def _attention_parts(self, big: bool, P: float, blk: float, crit: float, merges: float) -> tuple:
+        """decode_attention's pieces: full waves, a wave's latency, a full wave's read, the last
+        wave's read, its programs, the longest slice's latency, the merges' and programs' time."""
         rates = self.pd_rates[big]
         tb, C = rates["block_s"], self.decode_wave
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0  # a block's read
-        lat1, lat2 = (blk + 1) * tb, (tail + 1) * tb
-        waves = (full1 * max(lat1, C * blk * rb) + (max(lat1, (r * blk + k * tail) * rb) if r else 0.0)
-                 + full2 * max(lat2, C * tail * rb) + (max(lat2, rem2 * tail * rb) if rem2 else 0.0))
-        return max(waves, (crit + 1) * tb) + merges * rates["merge_s"] + P * rates["program_s"]
+        full = math.floor(P / C)
+        rest = P - full * C
+        return (full, (blk + 1) * tb, C * blk * rb, rest * blk * rb, rest, (crit + 1) * tb,
+                merges * rates["merge_s"] + P * rates["program_s"])
 
     def chunk_waves(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> tuple:
-        """A prefill or mixed pass's chunk attention, as the module docstring says: (KV positions
-        read, programs P, blocks they walk, the longest tile's blocks, waves)."""
+        """A prefill or mixed pass's chunk attention, as the module docstring says: (programs P,
+        blocks they walk, the longest tile's blocks, waves)."""
         T = self.tile_tokens
-        kv = tiles = work = crit = 0
+        tiles = work = crit = 0
         for n, c in zip(new_tokens, context_lens):
             t = -(-n // T)
-            kv += c + n
             tiles += t
             work += t * c + T * t * (t - 1) // 2 + n
             if c + n > crit:
                 crit = c + n
         P = self.kv_heads * tiles
-        return kv, P, self.kv_heads * work / self.block_n + P / 2, -(-crit // self.block_n), -(-P // self.prefill_wave)
+        return P, self.kv_heads * work / self.block_n + P / 2, -(-crit // self.block_n), -(-P // self.prefill_wave)
 
-    def chunk_attention(self, kv: int, P: int, work: float, crit: int, waves: int) -> float:
+    def chunk_attention(self, P: int, work: float, crit: int, waves: int) -> float:
         p = self.pp
-        return max(crit * p["block_s"] + p["program_s"], waves * (work / P * p["block_s"] + p["program_s"]),
-                   self._rate(kv, self.kv_bytes, p["kv_gbs"], 1e9))
+        mean = work / P * p["block_s"] + p["program_s"]
+        return max(crit * p["block_s"] + p["program_s"], waves * mean * (p["shared"] if waves > 1 else 1.0))
 
     def graph_time(self, b: int) -> float:
         """The decode graph's own time at padded batch b (interpolated between measured buckets,
@@ -277,16 +292,20 @@ class CalibratedCost:
         weights = self._rate(self.weight_bytes, 1.0, p["weight_gbs"], 1e9)
         projections = self._rate(m, self.flops_per_token, p["matmul_tflops"], 1e12)
         return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
-                + S * p["per_seq_s"])
+                + S * p["per_seq_s"] + (p["eager_s"] if self.eager(m) else 0.0))
+
+    def eager(self, m: int) -> bool:
+        """A prefill pass of m tokens (padded) runs without a CUDA graph: past the largest token bucket."""
+        return not self.token_buckets or m > self.token_buckets[-1]
 
     def _decode1(self, length: int) -> float:
         p = self.p1
-        return (p["fixed_s"] + self._rate(length, self.kv_bytes, p["kv_gbs"], 1e9)
-                + self.slice_positions(length, 1) * p["serial_s_per_token"])
+        _, _, live, blk = self.slice_of(length, self.kv_heads >= self.fills_gpu)
+        return p["fixed_s"] + blk * self.block_n * p["serial_s_per_token"] + live * p["merge_s"]
 
     def _decode(self, S: int, context_sum: int, context_max: int) -> float:
-        B, *shape = self.decode_waves(S, context_sum, context_max)
-        return self.graph_time(B) + self.decode_attention(*shape) + S * self.pd["per_seq_s"]
+        B, *shape = self.decode_shape(S, context_sum, context_max)
+        return self.graph_time(B) + self.decode_attention(*shape)
 
     def predict_all(self, passes) -> list[float]:
         """pass_time of every PassRecord."""
@@ -294,23 +313,66 @@ class CalibratedCost:
 
     def decode_line(self, batch_size: int, context_sum: int, context_max: int | None = None) -> tuple[float, float, int]:
         """Pass j of a run of decode passes (every context one longer each pass) takes a + b*j,
-        for j < valid: valid ends where a term's step (a whole block, a slice more) next comes."""
+        for j < valid: every term is linear in the mean and the longest length between kinks of
+        `slice_of` (`_region_end`: hundreds to thousands of positions apart), so the line runs
+        to the first of that region's end, the next step of the full waves (P grows by
+        kv_heads * S / sl a pass) and the next change of a max()'s argument (the crossing of
+        two lines), at most LINE_MAX passes."""
         S = batch_size
-        L = (context_max if context_max is not None else context_sum // S) + 1
-        if S == 1:  # kv grows by a position a pass; the critical slice until its length next changes
-            slices, shortest = self.slicing[self.kv_heads >= self.fills_gpu]
-            if L < shortest:  # the whole context is one short slice: it grows with the context
-                valid = shortest - L
-            else:
-                valid = slices * self.slice_positions(L, 1) - L + 1
+        if S == 1:  # linear in its region
+            L = (context_max if context_max is not None else context_sum) + 1
+            valid = self._region_end(L, self.kv_heads >= self.fills_gpu)
             a = self._decode1(L)
-            return a, self._decode1(L + 1) - a, max(1, valid)
-        # decode: every term is a function of ceil(length / block_n) and ceil(length / shortest) of
-        # the mean and the longest length (both one longer each pass): constant until either steps
-        shortest = self.slicing[bucket(S, self.buckets) * self.kv_heads >= self.fills_gpu][1]
-        mean = -(-context_sum // S) + 1
-        valid = min(-(-x // q) * q + 1 - x for x in (L, mean) for q in (self.block_n, max(shortest, 1)))
-        return self._decode(S, context_sum, L - 1), 0.0, max(1, valid)
+            return a, self._decode1(L + 1) - a, max(1, min(valid, LINE_MAX))
+        longest = context_max if context_max is not None else context_sum // S
+        B = bucket(S, self.buckets)
+        big = B * self.kv_heads >= self.fills_gpu
+        mean, L = -(-context_sum // S) + 1, longest + 1
+        slices, shortest = self.slicing[big]
+        bn = self.block_n
+        sl = max(-(-(-(-mean // slices)) // bn) * bn, shortest)
+        slm = max(-(-(-(-L // slices)) // bn) * bn, shortest)
+        valid = min(_region_end(mean, sl, slices, bn), _region_end(L, slm, slices, bn), LINE_MAX)
+        if valid <= 1:  # the next pass is in another region
+            a = self._decode(S, context_sum, longest)
+            return a, self._decode(S, context_sum + S, longest + 1) - a, 1
+        # Passes 0 and 1 in one region: the same slice lengths. `slice_of`, `_attention_parts` and
+        # `_attention` inline (the fast-forward calls this for every run of decode passes; the
+        # tests hold it to pass_time's figures).
+        half, kvS, C = bn / 2, self.kv_heads * S, self.decode_wave
+        rates = self.pd_rates[big]
+        tb, merge_s, program_s = rates["block_s"], rates["merge_s"], rates["program_s"]
+        rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0
+        graph = self.graph_time(B)
+        line = []
+        for x, y in ((mean, L), (mean + 1, L + 1)):
+            work, live = x / sl, y / slm + 0.5
+            P = kvS * (work if work > 1.0 else 1.0)
+            blk = (sl if sl < x + half else x + half) / bn
+            crit = (slm if slm < y + half else y + half) / bn
+            full = int(P / C)
+            rest = P - full * C
+            lat, read_full, read_rest = (blk + 1) * tb, C * blk * rb, rest * blk * rb
+            waves = full * (lat if lat > read_full else read_full) + ((lat if lat > read_rest else read_rest)
+                                                                       if rest > 0 else 0.0)
+            crit_t = (crit + 1) * tb
+            line.append((graph + (waves if waves > crit_t else crit_t) + (live if live > 1.0 else 1.0) * merge_s
+                         + P * program_s, P, full, lat - read_full, lat - read_rest, rest, waves - crit_t))
+        (a, P0, full0, d10, d20, rest0, d30), (f1, P1, full1, d11, d21, _, d31) = line
+        b = f1 - a  # (the line through the first two passes, even where it holds for one)
+        if valid <= 2:
+            return a, b, valid
+        if full1 != full0:
+            return a, b, 2
+        # In the region every piece is linear in j: the line holds until the full waves step (P
+        # crosses a multiple of the wave) or a max() changes its argument.
+        if P1 > P0:
+            valid = min(valid, max(2, math.ceil(((full0 + 1) * C - P0) / (P1 - P0))))
+        if full0 > 0:
+            valid = min(valid, _crossing(d10, d11))
+        if rest0 > 0:
+            valid = min(valid, _crossing(d20, d21))
+        return a, b, min(valid, _crossing(d30, d31))
 
     # ------------------------------------------------------------------ elsewhere
 
@@ -330,12 +392,12 @@ class CalibratedCost:
 
         out = copy.deepcopy(self)
         out.p1 = dict(self.p1, fixed_s=self.p1["fixed_s"] * roof(1, gpu) / roof(1, measured_on),  # the weights' read
-                      kv_gbs=self.p1["kv_gbs"] * bw, serial_s_per_token=self.p1["serial_s_per_token"] / bw)
+                      serial_s_per_token=self.p1["serial_s_per_token"] / bw, merge_s=self.p1["merge_s"] / bw)
         out.pd_rates = {k: dict(v, kv_gbs=v["kv_gbs"] * bw, block_s=v["block_s"] / bw, merge_s=v["merge_s"] / bw)
                         for k, v in self.pd_rates.items()}
         out.graph_s = {b: t * roof(b, gpu) / roof(b, measured_on) for b, t in self.graph_s.items()}
         out.pp = dict(self.pp, weight_gbs=self.pp["weight_gbs"] * bw, matmul_tflops=self.pp["matmul_tflops"] * fl,
-                      kv_gbs=self.pp["kv_gbs"] * bw, block_s=self.pp["block_s"] / fl)
+                      block_s=self.pp["block_s"] / fl)
         out.gpu, out.free_gib, out.kv_blocks = f"{gpu.name} (projected from {self.gpu})", None, None
         return out
 
@@ -374,6 +436,34 @@ class CalibratedCost:
 
 class _NotANumber(ValueError):
     """NaN or Infinity in a calibration file (JSON has neither; Python writes them)."""
+
+
+def _attention(parts: tuple) -> float:
+    """decode_attention from its pieces (`CalibratedCost._attention_parts`)."""
+    full, lat, read_full, read_rest, rest, crit_t, linear = parts
+    return max(full * max(lat, read_full) + (max(lat, read_rest) if rest > 0 else 0.0), crit_t) + linear
+
+
+def _region_end(length: int, sl: int, slices: int, bn: int) -> int:
+    """`CalibratedCost._region_end` of a context whose slices are sl positions long."""
+    if -(-sl // 2) > length:  # (sl or block_n odd: the first whole position past the kink)
+        return -(-sl // 2) - length
+    if sl - bn // 2 > length:
+        return sl - bn // 2 - length
+    if sl > length:
+        return sl - length
+    return slices * sl + 1 - length
+
+
+def _crossing(d0: float, d1: float) -> int:
+    """Passes j from 0 for which x - y, linear in j and d0, d1 at j = 0, 1, keeps the sign it has
+    at 1 (a max(x, y) keeps its argument): 2 when it changes between 0 and 1."""
+    if (d0 > 0) != (d1 > 0) or (d0 < 0) != (d1 < 0):
+        return 2
+    slope = d1 - d0
+    if d1 == 0 or slope == 0 or (d1 > 0) == (slope > 0):
+        return ALWAYS
+    return max(2, math.ceil(1 + abs(d1 / slope)))
 
 
 def _refuse_constant(name: str):

@@ -22,12 +22,12 @@ ATTENTION = {"kv_heads": 2, "fills_gpu": 128, "block_n": 64, "small": [64, 128],
 GRAPH = {str(b): 1.6e-3 + 3e-6 * b for b in BUCKETS}
 CHUNK = {"tile_tokens": 21}
 WAVES = {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1}
-TRUE = {"decode1": {"fixed_s": 1.2e-3, "kv_gbs": 650.0, "serial_s_per_token": 2.5e-7},
-        "decode": {"per_seq_s": 1.5e-6, "graph_s": GRAPH,
+TRUE = {"decode1": {"fixed_s": 1.2e-3, "serial_s_per_token": 9e-7, "merge_s": 9e-6},
+        "decode": {"graph_s": GRAPH,
                    "small": {"kv_gbs": 4200.0, "block_s": 3.5e-6, "merge_s": 9e-6, "program_s": 1.3e-7},
                    "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
-        "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 760.0, "kv_gbs": 1600.0,
-                    "block_s": 5e-5, "program_s": 2e-5, "per_seq_s": 5e-6}}
+        "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 760.0, "eager_s": 4e-3,
+                    "block_s": 5e-5, "program_s": 2e-5, "shared": 0.85, "per_seq_s": 5e-6}}
 C = constants(MODEL)
 BASE = skeleton({"model": MODEL.name, "gpu": "NVIDIA H200"}, C, BUCKETS, TOKEN_BUCKETS, ATTENTION, CHUNK, WAVES)
 SHAPE = CalibratedCost(BASE | {"parameters": placeholder(BASE)})

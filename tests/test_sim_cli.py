@@ -85,12 +85,12 @@ def test_bad_input_is_a_clear_error(trace_csv, capsys, args, message):
 
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["parameters"]["decode1"].update(fixed_s=1e300), "parameters.decode1.fixed_s must be at most 1e+08 s"),
-    (lambda c: c["parameters"]["prefill"].update(kv_gbs=1e-300), "parameters.prefill.kv_gbs must be 0 (term off) or"),
+    (lambda c: c["parameters"]["prefill"].update(weight_gbs=1e-300), "parameters.prefill.weight_gbs must be 0 (term off) or"),
     (lambda c: c["decode_attention"].update(small=[0, 0]), "decode_attention.small[0] must hold whole numbers >= 1"),
     (lambda c: c.update(free_gib="x"), "free_gib must be a finite number > 0, got 'x'"),
     (lambda c: c["constants"].update(weight_bytes=-1.0), "constants.weight_bytes must be a finite number > 0"),
     (lambda c: c["parameters"]["decode"]["graph_s"].update({"1": float("nan")}), "line 1: NaN is not a number"),
-    (lambda c: c["parameters"]["decode"].update(per_seq_s="x"), "parameters.decode.per_seq_s must be a finite number"),
+    (lambda c: c["parameters"]["decode"]["big"].update(block_s="x"), "parameters.decode.big.block_s must be a finite number"),
 ])
 def test_a_bad_calibration_file_is_named_with_its_key(trace_csv, tmp_path, capsys, change, message):
     from test_sim_cost import calibration

@@ -22,14 +22,13 @@ def calibration(**changes):
          "chunk_attention": {"tile_tokens": 21},
          "waves": {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1},
          "parameters": {
-             "decode1": {"fixed_s": 1.2e-3, "kv_gbs": 650.0, "serial_s_per_token": 2.5e-7},
-             "decode": {"per_seq_s": 1.3e-6,
-                        "graph_s": {"1": 1.2e-3, "2": 1.6e-3, "4": 1.7e-3, "8": 1.7e-3, "16": 1.75e-3, "24": 1.8e-3,
+             "decode1": {"fixed_s": 1.2e-3, "serial_s_per_token": 2.5e-7, "merge_s": 9e-6},
+             "decode": {"graph_s": {"1": 1.2e-3, "2": 1.6e-3, "4": 1.7e-3, "8": 1.7e-3, "16": 1.75e-3, "24": 1.8e-3,
                                     "32": 1.85e-3},
                         "small": {"kv_gbs": 4000.0, "block_s": 4e-6, "merge_s": 9e-6, "program_s": 1e-7},
                         "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
-             "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 770.0, "kv_gbs": 1600.0,
-                         "block_s": 5e-5, "program_s": 2e-5, "per_seq_s": 6e-6}}}
+             "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 770.0, "eager_s": 4e-3,
+                         "block_s": 5e-5, "program_s": 2e-5, "shared": 0.85, "per_seq_s": 6e-6}}}
     d.update(changes)
     return d
 
@@ -60,8 +59,20 @@ def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
         a, slope, valid = cost.decode_line(b, int(ctx.sum()), int(ctx.max()))
         for j in sorted({0, 1, min(valid - 1, 5000), min(valid - 1, 40)}):
             assert a + slope * j == pytest.approx(cost.pass_time([1] * b, (ctx + j).tolist()), rel=1e-12)
-        if valid < 5000:  # past the crossing another line takes over (a step, or a boundary nothing steps at)
+        if valid < 5000 and not isinstance(cost, CalibratedCost):  # past the crossing another line takes over
+            # (a step up, or a boundary nothing steps at; the calibrated model's slices can also step down)
             assert a + slope * valid <= cost.pass_time([1] * b, (ctx + valid).tolist()) * (1 + 1e-12)
+
+
+def test_the_calibrated_decode_line_runs_to_its_next_kink():
+    """The fast-forward's lines are long: a batch's line holds until a slicing kink or a wave
+    step (hundreds of passes here), not to the next block of 64 positions."""
+    cost = CalibratedCost(calibration())
+    for b, context in ((8, 300), (24, 1500), (200, 1500)):
+        ctx = np.arange(context, context + b)
+        a, slope, valid = cost.decode_line(b, int(ctx.sum()), int(ctx.max()))
+        assert valid >= 300, (b, context, valid)
+        assert a + slope * (valid - 1) == pytest.approx(cost.pass_time([1] * b, (ctx + valid - 1).tolist()), rel=1e-12)
 
 
 def test_a_calibration_file_is_read_and_applied(tmp_path):
@@ -71,24 +82,25 @@ def test_a_calibration_file_is_read_and_applied(tmp_path):
     assert cost.free_gib == 100.0
     w, kv, fpt = MODEL.weight_bytes_read_per_pass(), MODEL.kv_bytes_per_token(), MODEL.flops_per_token(0)
     block = kv * 64 / 2  # one KV head's 64 positions, every layer
-    # one sequence: the batch-1 kernels; its 100 positions are one slice (shorter than 128)
-    assert cost.pass_time([1], [99]) == pytest.approx(1.2e-3 + 100 * kv / 650e9 + 100 * 2.5e-7)
+    # one sequence: the batch-1 kernels; its 100 positions are one slice (shorter than 128), walked in
+    # whole blocks of 64 as expected over the context's offsets (100 + 32 positions, at most the slice's
+    # 128); 100 / 128 + 1/2 slices merged as expected
+    assert cost.pass_time([1], [99]) == pytest.approx(1.2e-3 + 128 * 2.5e-7 + (100 / 128 + 0.5) * 9e-6)
     # three decoding: the graph at the padded batch of 4, small-batch slicing (4 x 2 KV heads < 128);
-    # mean length 21, one slice of one block each: one wave of 6 programs, its latency (1 + 1 blocks)
-    # longer than its read; the longest (31 positions) one block too; one slice merged
+    # mean length 21, one slice of (21 + 32) / 64 blocks each: one wave of 6 programs, its latency
+    # (1 + 53 / 64 blocks) against its read; the longest (31 positions) walks (31 + 32) / 64 blocks, longer
     assert bucket(3, cost.buckets) == 4 and bucket(40, cost.buckets) == 40
     assert cost.pass_time([1, 1, 1], [10, 20, 30]) == pytest.approx(
-        1.7e-3 + max(2 * 4e-6, 6 * block / 4000e9) + 9e-6 + 6 * 1e-7 + 3 * 1.3e-6)
+        1.7e-3 + max((1 + 53 / 64) * 4e-6, 6 * 53 / 64 * block / 4000e9, (1 + 63 / 64) * 4e-6) + 9e-6 + 6 * 1e-7)
     # 600 decoding at 2,048 cached (waves by hand): past the largest bucket, the graph time follows
     # the last two buckets' line, 1.85 ms + (600 - 32) / 8 x 0.05 ms; 2,049 positions cut into slices
-    # of 1,024 (the big slicing: 16 slices of at least 1,024), 3 live: 2 of 16 blocks, 1 of 1 block.
-    # 2 x 600 x 2 = 2,400 full programs: 4 waves of 528 and 288 more, whose wave takes 240 of the
-    # 1,200 last slices; 960 left: a wave of 528 and one of 432.
+    # of 1,024 (the big slicing: 16 slices of at least 1,024), 2,049 / 1,024 slices' worth of 16 blocks:
+    # 2 x 600 x 2,049 / 1,024 = 2,401.2 programs, 4 waves of 528 and 289.2 more; 2,049 / 1,024 + 1/2 merged
+    P = 2 * 600 * 2049 / 1024
     rb = block / 4500e9
-    waves = (4 * max(17 * 6e-5, 528 * 16 * rb) + max(17 * 6e-5, (288 * 16 + 240) * rb)
-             + max(2 * 6e-5, 528 * rb) + max(2 * 6e-5, 432 * rb))
+    waves = 4 * max(17 * 6e-5, 528 * 16 * rb) + max(17 * 6e-5, (P - 4 * 528) * 16 * rb)
     assert cost.pass_time([1] * 600, [2048] * 600) == pytest.approx(
-        1.85e-3 + 568 / 8 * 0.05e-3 + waves + 3 * 3e-5 + 3600 * 6e-8 + 600 * 1.3e-6)
+        1.85e-3 + 568 / 8 * 0.05e-3 + waves + (2049 / 1024 + 0.5) * 3e-5 + P * 6e-8)
     # a prompt beside a decode: a prefill-kind pass, 513 tokens padded to the 1,024 bucket; chunk
     # attention: 25 tiles of 21 tokens for the prompt, 1 for the decode, 52 programs over 2 KV heads
     # in one wave; they walk 2 x (21 x 25 x 24 / 2 + 512 + 100 + 1) / 64 + 52 / 2 blocks, the longest 8
@@ -96,7 +108,13 @@ def test_a_calibration_file_is_read_and_applied(tmp_path):
     assert projections > w / 4300e9
     work = 2 * (21 * 25 * 24 / 2 + 512 + 101) / 64 + 26
     assert cost.pass_time([512, 1], [0, 100]) == pytest.approx(
-        1.1e-3 + projections + max(8 * 5e-5 + 2e-5, work / 52 * 5e-5 + 2e-5, 613 * kv / 1600e9) + 2 * 6e-6)
+        1.1e-3 + projections + max(8 * 5e-5 + 2e-5, work / 52 * 5e-5 + 2e-5) + 2 * 6e-6)
+    # a prompt of 2,048 tokens: past the largest token bucket, launched kernel by kernel (eager_s);
+    # 98 tiles a KV head, 196 programs: two waves of 132, past the first `shared` as long
+    work = 2 * (21 * 98 * 97 / 2 + 2048) / 64 + 98
+    assert cost.pass_time([2048], [0]) == pytest.approx(
+        1.1e-3 + max(w / 4300e9, 2048 * fpt / 770e12) + max(32 * 5e-5 + 2e-5, 2 * 0.85 * (work / 196 * 5e-5 + 2e-5))
+        + 6e-6 + 4e-3)
     assert parse_cost(str(path))[0].pass_time([512, 1], [0, 100]) == cost.pass_time([512, 1], [0, 100])
 
 
@@ -107,7 +125,7 @@ def test_a_calibration_projects_to_another_gpu_by_its_bandwidth_and_arithmetic()
     w = MODEL.weight_bytes_read_per_pass()
     assert a10.pp["fixed_s"] == cost.pp["fixed_s"]  # launches stay
     assert a10.p1["fixed_s"] == pytest.approx(1.2e-3 * 4150 / 600)  # batch 1's fixed time is the weights' read
-    assert a10.p1["kv_gbs"] == pytest.approx(650.0 * bw)
+    assert a10.p1["serial_s_per_token"] == pytest.approx(2.5e-7 / bw)
     assert a10.pp["weight_gbs"] == pytest.approx(4300.0 * bw) and a10.pp["matmul_tflops"] == pytest.approx(770.0 * fl)
     assert a10.pd_rates[True]["block_s"] == pytest.approx(6e-5 / bw)  # decode attention's walk through the cache
     assert a10.pp["block_s"] == pytest.approx(5e-5 / fl)  # chunk attention's arithmetic
@@ -125,8 +143,8 @@ def test_the_committed_h200_calibration_loads_by_name():
 
 @pytest.mark.parametrize("changes, message", [
     ({"model": "llama-3-8b"}, "cost model for 'llama-3-8b', but this run simulates 'qwen2.5-1.5b'"),
-    ({"format": "something/v0"}, "llm-sim-cost/v3"),
-    ({"format": "llm-sim-cost/v2"}, "expected a calibration file with \"format\": \"llm-sim-cost/v3\""),
+    ({"format": "something/v0"}, "llm-sim-cost/v4"),
+    ({"format": "llm-sim-cost/v3"}, "expected a calibration file with \"format\": \"llm-sim-cost/v4\""),
     ({"decode_attention": None}, "decode_attention"),
     ({"waves": None}, "missing 'waves'"),
     ({"chunk_attention": None}, "missing 'chunk_attention'"),
@@ -134,10 +152,10 @@ def test_the_committed_h200_calibration_loads_by_name():
     ({"waves": {"sms": 132, "prefill_programs_per_sm": 1}}, "missing 'decode_programs_per_sm'"),
     ({"chunk_attention": {"tile_tokens": 2.5}}, "chunk_attention.tile_tokens must hold whole"),
     ({"parameters": dict(calibration()["parameters"], prefill={"block_s": -1})}, "prefill.block_s must be"),
-    ({"parameters": dict(calibration()["parameters"], prefill={"kv_gbs": "fast"})}, "prefill.kv_gbs must be a finite number"),
+    ({"parameters": dict(calibration()["parameters"], prefill={"weight_gbs": "fast"})}, "prefill.weight_gbs must be a finite number"),
     ({"parameters": dict(calibration()["parameters"], prefill={"fixed_s": -1})}, "prefill.fixed_s must be"),
     ({"parameters": {"decode": {}}}, "parameters.decode1 must be an object"),
-    ({"parameters": dict(calibration()["parameters"], decode={"per_seq_s": 0, "small": {}, "big": {}})},
+    ({"parameters": dict(calibration()["parameters"], decode={"small": {}, "big": {}})},
      "decode.graph_s must map decode buckets"),
     ({"constants": {}}, "weight_bytes"),
 ])
@@ -180,7 +198,7 @@ def test_table_cost_interpolates_by_token_count():
 
 def test_nan_or_infinity_in_a_calibration_file_is_refused(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps(calibration()).replace("1600.0", "NaN"))
+    path.write_text(json.dumps(calibration()).replace("4300.0", "NaN"))
     with pytest.raises(ValueError, match="NaN is not a number"):
         CalibratedCost.from_json(path)
     with pytest.raises(ValueError, match="is a directory"):
