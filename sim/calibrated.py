@@ -344,21 +344,22 @@ class CalibratedCost:
         tb, merge_s, program_s = rates["block_s"], rates["merge_s"], rates["program_s"]
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0
         graph = self.graph_time(B)
-        line = []
-        for x, y in ((mean, L), (mean + 1, L + 1)):
+
+        def at(x: int, y: int) -> tuple:
             work, live = x / sl, y / slm + 0.5
             P = kvS * (work if work > 1.0 else 1.0)
             blk = (sl if sl < x + half else x + half) / bn
-            crit = (slm if slm < y + half else y + half) / bn
+            crit_t = ((slm if slm < y + half else y + half) / bn + 1) * tb
             full = int(P / C)
             rest = P - full * C
             lat, read_full, read_rest = (blk + 1) * tb, C * blk * rb, rest * blk * rb
             waves = full * (lat if lat > read_full else read_full) + ((lat if lat > read_rest else read_rest)
                                                                        if rest > 0 else 0.0)
-            crit_t = (crit + 1) * tb
-            line.append((graph + (waves if waves > crit_t else crit_t) + (live if live > 1.0 else 1.0) * merge_s
-                         + P * program_s, P, full, lat - read_full, lat - read_rest, rest, waves - crit_t))
-        (a, P0, full0, d10, d20, rest0, d30), (f1, P1, full1, d11, d21, _, d31) = line
+            return (graph + (waves if waves > crit_t else crit_t) + (live if live > 1.0 else 1.0) * merge_s
+                    + P * program_s, P, full, lat - read_full, lat - read_rest, rest, waves - crit_t)
+
+        a, P0, full0, d10, d20, rest0, d30 = at(mean, L)
+        f1, P1, full1, d11, d21, _, d31 = at(mean + 1, L + 1)
         b = f1 - a  # (the line through the first two passes, even where it holds for one)
         if valid <= 2:
             return a, b, valid
