@@ -102,8 +102,12 @@ def sweep_main(argv: list[str]) -> int:
 
 def fit_main(argv: list[str]) -> int:
     from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
-                               mape, predict, roofline_prior_error, skeleton, waves_of, Design)
+                               mape, roofline_prior_error, skeleton, waves_of)
+    import numpy as np
+
+    from calibrate.heat import fit_with_heat
     from calibrate.replay import replay_runs
+    from sim.heat import factors
     from sim.calibrated import CalibratedCost
     from sim.cost import gpu_preset
 
@@ -146,11 +150,21 @@ def fit_main(argv: list[str]) -> int:
         shape = CalibratedCost(base | {"parameters": placeholder(base)})
         split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
-        params_train = fit_params(train, c, shape)
-        design_all = Design.of(passes, shape)
-        errors = error_table(passes, CalibratedCost(base | {"parameters": params_train}).predict_all(passes), split)
-        params = fit_params(passes, c, shape)
-        in_sample = mape(predict(params, c, design_all, shape), [q.duration_s for q in passes])
+
+        def fit(qs):
+            return fit_params(qs, c, shape)
+
+        def predict_all(params, qs):
+            return CalibratedCost(base | {"parameters": params}).predict_all(qs)
+
+        # decode passes slowed by recent prompt work (sim.heat): fitted with the model on the
+        # sweep's own order of passes; predictions below carry each pass's factor
+        params_train, heat_train = fit_with_heat(train, fit, predict_all)
+        predicted_train = np.asarray(predict_all(params_train, passes)) * factors(passes, heat_train)
+        errors = error_table(passes, predicted_train, split)
+        params, heat = fit_with_heat(passes, fit, predict_all)
+        in_sample = mape(np.asarray(predict_all(params, passes)) * factors(passes, heat),
+                         [q.duration_s for q in passes])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -158,7 +172,8 @@ def fit_main(argv: list[str]) -> int:
     prior = roofline_prior_error(passes, model, gpu_spec) if gpu_spec else []
     name = args.name or preset or "gpu"
     doc = base | {"fitted_on": len(passes), "in_sample_mape": in_sample, "parameters": params,
-                  "held_out_fit": params_train, "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
+                  "heat": heat.as_dict(), "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
+                  "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
     doc["replays"] = replay_runs(results, cost, row["gpu"], row["model"])
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
@@ -175,6 +190,8 @@ def fit_main(argv: list[str]) -> int:
     print("parameters (all passes):\n" + format_params(params))
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
+    print(f"after prompt work: decode up to {heat.decode:.1%} slower, prefill {heat.prefill:.1%}, recovering over "
+          f"{heat.tau_s * 1e3:.0f} ms (sim.heat)")
     if host_basis:
         print("host time: " + ", ".join(f"{k} {v}" if k == "graph_tokens" else f"{k} {v * 1e6:.1f} us"
                                         for k, v in doc["host"].items()) +
@@ -187,8 +204,7 @@ def fit_main(argv: list[str]) -> int:
               + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else ""))
     if not args.no_charts:
         from calibrate.charts import residual_charts
-        predicted = CalibratedCost(base | {"parameters": params_train}).predict_all(passes)
-        for path in residual_charts(passes, predicted, split, store.root, name):
+        for path in residual_charts(passes, predicted_train, split, store.root, name):
             print(f"chart: {path}")
     print(f"written {out}")
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from core.runstore import RunStore
+from sim.heat import Heat, factors
 
 
 def engine_runs(results: Path, gpu: str, model: str):
@@ -44,6 +45,7 @@ def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
 def replay(row: dict, passes: list, cost, closed: bool) -> dict:
     measured = np.array([p.duration_s for p in passes])
     predicted = np.array([cost.pass_time(p.new_tokens, p.context_lens) for p in passes])
+    predicted *= factors(passes, getattr(cost, "heat", None) or Heat())  # decode after recent prompt work
     result = {"run_id": row["run_id"], "passes": len(passes), "pass_mape": float(np.mean(np.abs(predicted / measured - 1))),
               "busy_error": float(predicted.sum() / measured.sum() - 1)}
     for kind in ("decode", "prefill", "mixed"):

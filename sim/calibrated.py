@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Sequence
 
 from core.roofline import GPUSpec
+from sim.heat import Heat
 from sim.host import HostTime
 from traces.trace import MAX_ARRIVAL_S
 
@@ -155,6 +156,7 @@ class CalibratedCost:
                         for k, v in graph.items()}
         self.pp = self._values(p, "prefill", PREFILL)
         self.host = HostTime.from_dict(d.get("host"), source)  # optional: the engine's host time (sim.host)
+        self.heat = Heat.from_dict(d.get("heat"), source)  # optional: decode slowed by recent prompt work (sim.heat)
 
     def _number(self, v, where: str) -> float:
         """A parameter: seconds from 0 to MAX_ARRIVAL_S, or a rate (GB/s, TFLOP/s) of 0 or at least MIN_RATE."""
@@ -400,6 +402,7 @@ class CalibratedCost:
         out.pp = dict(self.pp, weight_gbs=self.pp["weight_gbs"] * bw, matmul_tflops=self.pp["matmul_tflops"] * fl,
                       block_s=self.pp["block_s"] / fl)
         out.gpu, out.free_gib, out.kv_blocks = f"{gpu.name} (projected from {self.gpu})", None, None
+        out.heat = Heat()  # the measured card's power behaviour, not the other's
         return out
 
     @classmethod

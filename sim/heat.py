@@ -1,18 +1,20 @@
-"""How much recent prompt work slows the GPU's next decode passes.
+"""How much recent prompt work slows the GPU's next passes.
 
-Measured on the H200 (`results/calibration`): a decode pass that starts just after a long prefill
-pass (prompts run near the card's arithmetic peak, and its power limit) runs several percent
-slower than the same pass after a rest, and recovers over some tens of milliseconds; in the
+Measured on the H200 (`results/calibration`): a pass that starts just after a long prefill pass
+(prompts run near the card's arithmetic peak, and its power limit) runs several percent slower
+than the same pass after a rest, and the card recovers over some tens of milliseconds; in the
 open Azure runs at 32x the decode passes within 1 ms of a prefill ran 10% longer than the
-calibration said, those 0.1-1 s after one 3% shorter. The model: a leaky integrator of the
-seconds spent in passes that carry prompt tokens,
+calibration said, those 0.1-1 s after one 3% shorter, and prefill passes that followed prefill
+for a while 7.6% longer. The model: a leaky integrator of the seconds spent in passes that carry
+prompt tokens,
 
     dH/dt = [a prefill pass is running] - H / tau_s
 
-and a decode pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times
-its rested time (H / tau_s is between 0, rested, and 1, after prefill for much longer than
-tau_s). `kappa` and `tau_s` are fitted with the cost model (`calibrate.fit`) on the sweep's own
-pass stream, and stored in the calibration file's optional "heat" field (none: no effect).
+(prompt-only passes, `heats`) and a pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times its
+rested time, with one kappa for passes of prompt tokens only (`prefill`) and one for the others
+(`decode`, mixed passes included); H / tau_s is between 0, rested, and 1, after prefill for much
+longer than tau_s. They are fitted with the cost model (`calibrate.heat`) on the sweep's own pass stream,
+and stored in the calibration file's optional "heat" field (none: no effect).
 """
 from __future__ import annotations
 
@@ -22,25 +24,33 @@ from dataclasses import dataclass
 MAX_TAU_S = 10.0
 
 
+def heats(new_tokens) -> bool:
+    """A pass of prompt tokens only (prompts or chunks, no decodes): one that runs near the card's
+    arithmetic peak. Mixed passes (a chunk beside decodes) count as decode passes: chunked
+    prefill's, a chunk beside many decodes in every pass, did not slow the H200 down."""
+    return all(n > 1 for n in new_tokens)
+
+
 @dataclass(frozen=True)
 class Heat:
-    kappa: float = 0.0   # the slow-down after a long prefill (0.1: 10% longer)
-    tau_s: float = 0.0   # how fast the integrator leaks, seconds
+    decode: float = 0.0    # a decode pass's slow-down after a long prefill (0.1: 10% longer)
+    prefill: float = 0.0   # ... a pass that carries prompt tokens
+    tau_s: float = 0.0     # how fast the integrator leaks, seconds
 
     def __post_init__(self) -> None:
-        for name, high in (("kappa", 1.0), ("tau_s", MAX_TAU_S)):
+        for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S)):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
-        if self.kappa and not self.tau_s:
-            raise ValueError("heat.tau_s must be above 0 when heat.kappa is")
+        if (self.decode or self.prefill) and not self.tau_s:
+            raise ValueError("heat.tau_s must be above 0 when heat.decode or heat.prefill is")
 
     @classmethod
     def from_dict(cls, d, source: str = "calibration") -> "Heat":
         if d is None:
             return cls()
-        if not isinstance(d, dict) or set(d) - {"kappa", "tau_s"}:
-            raise ValueError(f"{source}: heat must be an object with kappa and tau_s, got {d!r}")
+        if not isinstance(d, dict) or set(d) - {"decode", "prefill", "tau_s"}:
+            raise ValueError(f"{source}: heat must be an object with decode, prefill and tau_s, got {d!r}")
         try:
             return cls(**d)
         except ValueError as e:
@@ -48,10 +58,10 @@ class Heat:
 
     @property
     def zero(self) -> bool:
-        return not self.kappa
+        return not (self.decode or self.prefill)
 
     def as_dict(self) -> dict:
-        return {"kappa": self.kappa, "tau_s": self.tau_s}
+        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s}
 
 
 class HeatState:
@@ -68,11 +78,12 @@ class HeatState:
             return self.level
         return self.level * math.exp(-(t - self.at) / self.heat.tau_s)
 
-    def factor(self, t: float) -> float:
-        """A decode pass starting at t takes this many times its rested time."""
-        if self.heat.zero:
+    def factor(self, t: float, prefill: bool = False) -> float:
+        """A pass starting at t (carrying prompt tokens or not) takes this many times its rested time."""
+        kappa = self.heat.prefill if prefill else self.heat.decode
+        if not kappa:
             return 1.0
-        return 1.0 + self.heat.kappa * self.value(t) / self.heat.tau_s
+        return 1.0 + kappa * self.value(t) / self.heat.tau_s
 
     def passed(self, start: float, duration: float, prefill: bool) -> None:
         """A pass ran from start for duration seconds (carrying prompt tokens or not)."""
@@ -89,12 +100,13 @@ class HeatState:
 
 
 def factors(passes, heat: Heat) -> list[float]:
-    """The factor of every pass of a logged stream (PassRecords of one GPU, any order), 1 for
-    passes that carry prompt tokens."""
-    state = HeatState(heat)
+    """The factor of every pass of a logged run (PassRecords, any order; each replica's GPU on
+    its own)."""
+    states: dict = {}
     out = {}
     for p in sorted(passes, key=lambda p: p.start_s):
-        prefill = any(n > 1 for n in p.new_tokens)
-        out[id(p)] = 1.0 if prefill else state.factor(p.start_s)
+        state = states.setdefault(getattr(p, "replica", 0), HeatState(heat))
+        prefill = heats(p.new_tokens)
+        out[id(p)] = state.factor(p.start_s, prefill)
         state.passed(p.start_s, p.duration_s, prefill)
     return [out[id(p)] for p in passes]

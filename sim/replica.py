@@ -23,7 +23,7 @@ from core.records import PassRecord
 from core.scheduler import ScheduledPass, Scheduler, Sequence
 from sim.cost import CostModel
 from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
-from sim.heat import HeatState
+from sim.heat import HeatState, heats
 from sim.host import HostTime
 
 
@@ -251,9 +251,8 @@ class Replica:
         start = env.now
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
-            prefill = any(n > 1 for n in plan.new_tokens)
-            if not prefill:
-                duration *= self.heat.factor(start)
+            prefill = heats(plan.new_tokens)
+            duration *= self.heat.factor(start, prefill)
             self.heat.passed(start, duration, prefill)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)

@@ -13,26 +13,30 @@ from tests.sim_helpers import trace_of
 
 
 def test_the_integrator_fills_during_prefill_and_leaks_after():
-    s = HeatState(Heat(kappa=0.1, tau_s=0.01))
+    s = HeatState(Heat(decode=0.1, prefill=0.3, tau_s=0.01))
     assert s.factor(0.0) == 1.0
     s.passed(0.0, 0.01, prefill=True)  # H = tau (1 - e^-1)
     assert math.isclose(s.factor(0.01), 1 + 0.1 * (1 - math.exp(-1)))
     assert math.isclose(s.factor(0.02), 1 + 0.1 * (1 - math.exp(-1)) * math.exp(-1))
     s.passed(0.02, 0.005, prefill=False)  # decode passes only let it cool
     assert math.isclose(s.factor(0.025), 1 + 0.1 * (1 - math.exp(-1)) * math.exp(-1.5))
-    long = HeatState(Heat(kappa=0.1, tau_s=0.01))
+    assert math.isclose(s.factor(0.025, prefill=True), 1 + 0.3 * (1 - math.exp(-1)) * math.exp(-1.5))
+    long = HeatState(Heat(decode=0.1, tau_s=0.01))
     long.passed(0.0, 1.0, prefill=True)
     assert math.isclose(long.factor(1.0), 1.1)  # saturated
 
 
 def test_factors_of_a_logged_stream():
+    # a decode, a prompt (heats), a decode, a mixed pass (counts as decode: does not heat), a prompt
     passes = [PassRecord.make("r", "e", i, n, [0] * len(n), t, d) for i, (n, t, d) in
-              enumerate([([1], 0.0, 0.001), ([100], 0.001, 0.01), ([1], 0.011, 0.002), ([1, 1], 0.013, 0.002)])]
-    f = factors(passes, Heat(kappa=0.2, tau_s=0.01))
+              enumerate([([1], 0.0, 0.001), ([100], 0.001, 0.01), ([1], 0.011, 0.002), ([1, 30], 0.013, 0.002),
+                         ([50], 0.015, 0.001)])]
+    f = factors(passes, Heat(decode=0.2, prefill=0.5, tau_s=0.01))
     h = 0.01 * (1 - math.exp(-1))
     assert f[0] == 1.0 and f[1] == 1.0
     assert math.isclose(f[2], 1 + 0.2 * h / 0.01)
     assert math.isclose(f[3], 1 + 0.2 * h * math.exp(-0.2) / 0.01)
+    assert math.isclose(f[4], 1 + 0.5 * h * math.exp(-0.4) / 0.01)
 
 
 class Heated(ConstantCost):
@@ -43,20 +47,44 @@ class Heated(ConstantCost):
 
 def test_decode_passes_after_a_prompt_run_slower_then_recover():
     # one request: a 10 ms prefill pass, then decode passes of 10 ms rested; kappa 0.5, tau 10 ms
-    heat = Heat(kappa=0.5, tau_s=0.01)
+    heat = Heat(decode=0.5, prefill=0.2, tau_s=0.01)
     sched = lambda: ContinuousBatching(BlockPool(100, 16), max_num_seqs=4, max_model_len=512)  # noqa: E731
     r = simulate(trace_of([(0.0, 100, 4)]), sched, Heated(0.01, heat), keep_token_times=True, log_passes=True)
     d = [p.duration_s for p in r.passes]
     h = 1 - math.exp(-1)  # H / tau after the prefill
-    assert math.isclose(d[0], 0.01)
+    assert math.isclose(d[0], 0.01)  # the prompt, rested
     assert math.isclose(d[1], 0.01 * (1 + 0.5 * h))
     assert math.isclose(d[2], 0.01 * (1 + 0.5 * h * math.exp(-d[1] / 0.01)))
     rested = simulate(trace_of([(0.0, 100, 4)]), sched, ConstantCost(0.01), keep_token_times=True, log_passes=True)
     assert all(math.isclose(p.duration_s, 0.01) for p in rested.passes)
 
 
-@pytest.mark.parametrize("bad", [{"kappa": -0.1, "tau_s": 0.01}, {"kappa": 0.1, "tau_s": 0.0}, {"kappa": 2.0, "tau_s": 0.01},
-                                 {"kappa": 0.1}, {"tau": 0.01}, [0.1, 0.01]])
+@pytest.mark.parametrize("bad", [{"decode": -0.1, "tau_s": 0.01}, {"prefill": 0.1, "tau_s": 0.0},
+                                 {"decode": 2.0, "tau_s": 0.01}, {"decode": 0.1}, {"tau": 0.01}, [0.1, 0.01]])
 def test_bad_heat_fields_are_named(bad):
     with pytest.raises(ValueError, match="heat"):
         Heat.from_dict(bad)
+
+
+def test_the_fit_recovers_a_known_heat_from_a_pass_stream():
+    """Decode passes of 2 ms and prompt passes of 1-40 ms in a shuffled order, timed as a known
+    heat (decode +8%, prefill +6%, tau 50 ms) on a model that predicts the rested times."""
+    import numpy as np
+
+    from calibrate.heat import fit_heat
+    rng = np.random.default_rng(3)
+    truth = Heat(decode=0.08, prefill=0.06, tau_s=0.05)
+    state, passes, rested, t = HeatState(truth), [], [], 0.0
+    for i in range(3000):
+        prompt = rng.random() < 0.2
+        base = float(rng.uniform(0.001, 0.04)) if prompt else 0.002
+        d = base * state.factor(t, prompt)
+        passes.append(PassRecord.make("r", "e", i, [int(rng.integers(2, 900))] if prompt else [1, 1], [0, 0][:1 if prompt
+                                      else 2], t, d))
+        rested.append(base)
+        state.passed(t, d, prompt)
+        t += d + (0.3 if rng.random() < 0.01 else 0.0)  # now and then a rest
+    heat, scale = fit_heat(passes, rested)
+    assert heat.tau_s == 0.05
+    assert abs(heat.decode - 0.08) < 0.004 and abs(heat.prefill - 0.06) < 0.004
+    assert abs(scale["decode"] - 1) < 0.002 and abs(scale["prefill"] - 1) < 0.002
