@@ -93,6 +93,7 @@ FORMAT = "llm-sim-cost/v4"
 # A decode line's longest run: its slope, the difference of two passes' times, carries their
 # rounding (~1e-16 of a pass), which j passes later is j times larger: under 1e-12 of a pass here.
 LINE_MAX = 1024
+LINE_CHECK = 1e-6  # relative: a decode line's prediction at its last pass against the model's own
 ALWAYS = 1 << 62
 # Bounds on a file's numbers, so that no pass takes longer than the longest trace (or forever):
 # times at most MAX_ARRIVAL_S (1e8 s), a rate 0 (its term off) or at least MIN_RATE per second.
@@ -361,11 +362,11 @@ class CalibratedCost:
                     + P * program_s, P, full, lat - read_full, lat - read_rest, rest, waves - crit_t)
 
         a, P0, full0, d10, d20, rest0, d30 = at(mean, L)
-        f1, P1, full1, d11, d21, _, d31 = at(mean + 1, L + 1)
+        f1, P1, full1, d11, d21, rest1, d31 = at(mean + 1, L + 1)
         b = f1 - a  # (the line through the first two passes, even where it holds for one)
         if valid <= 2:
             return a, b, valid
-        if full1 != full0:
+        if full1 != full0 or (rest0 > 0) != (rest1 > 0):  # a wave steps between them
             return a, b, 2
         # In the region every piece is linear in j: the line holds until the full waves step (P
         # crosses a multiple of the wave) or a max() changes its argument.
@@ -375,7 +376,13 @@ class CalibratedCost:
             valid = min(valid, _crossing(d10, d11))
         if rest0 > 0:
             valid = min(valid, _crossing(d20, d21))
-        return a, b, min(valid, _crossing(d30, d31))
+        valid = min(valid, _crossing(d30, d31))
+        # the line must still hold at its last pass: where it does not (a step the kinks above
+        # missed), the run is cut to its first two passes
+        end = at(mean + valid - 1, L + valid - 1)[0]
+        if abs(end - (a + b * (valid - 1))) > LINE_CHECK * end:
+            return a, b, 2
+        return a, b, valid
 
     # ------------------------------------------------------------------ elsewhere
 

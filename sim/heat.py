@@ -85,6 +85,15 @@ class HeatState:
             return 1.0
         return 1.0 + kappa * self.value(t) / self.heat.tau_s
 
+    def mean_factor(self, start: float, duration: float) -> float:
+        """The mean factor of decode passes from `start` for `duration` seconds (the simulator's
+        fast-forward prices a run of decode passes at it: their total time is right, the first
+        are a little short and the last a little long)."""
+        if not self.heat.decode or duration <= 0:
+            return self.factor(start)
+        tau = self.heat.tau_s
+        return 1.0 + self.heat.decode * self.value(start) / tau * tau / duration * (1.0 - math.exp(-duration / tau))
+
     def passed(self, start: float, duration: float, prefill: bool) -> None:
         """A pass ran from start for duration seconds (carrying prompt tokens or not)."""
         if not self.heat.tau_s:

@@ -31,7 +31,6 @@ from sim.host import HostTime
 # arriving at it, however the float rounding of the boundary went (stepping adds durations one by
 # one, fast-forward computes a run's boundaries in closed form).
 TIE_S = 1e-9
-HEAT_NEGLIGIBLE = 1e-3  # a decode run is fast-forwarded only once recent prompt work slows it by less than this
 
 
 def run_time(a: float, b: float, k: int) -> float:
@@ -215,8 +214,7 @@ class Replica:
                 yield env.timeout(self.host.idle_delay(plan, self.woke))
             self.in_flight, self.woke = True, False
             # (requests deferred now are seen at the end of the next pass: that pass goes alone)
-            run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) \
-                and (self.heat is None or self.heat.factor(now) < 1.0 + HEAT_NEGLIGIBLE) else None
+            run = self.decode_run(plan) if fast_forward and not self.deferred and is_steady(scheduler, plan) else None
             if run is None:
                 yield from self.one_pass(plan)
             else:
@@ -276,6 +274,9 @@ class Replica:
         a, b, valid = line
         if valid < k:
             k = valid
+        if k > 1 and self.heat is not None:  # slowed by recent prompt work: by its mean over the run
+            f = self.heat.mean_factor(self.env.now, run_time(a, b, k))
+            a, b = a * f, b * f
         return (k, a, b) if k > 1 else None
 
     def decode_passes(self, plan: ScheduledPass, k: int, a: float, b: float):

@@ -203,3 +203,24 @@ def test_nan_or_infinity_in_a_calibration_file_is_refused(tmp_path):
         CalibratedCost.from_json(path)
     with pytest.raises(ValueError, match="is a directory"):
         CalibratedCost.from_json(tmp_path)
+
+
+def test_the_committed_calibrations_decode_lines_hold_at_their_last_pass():
+    """Found in a saturated replay: a batch of 256 whose next pass opens a partial wave (a step
+    up of 0.64 ms) got a line valid for 1,024 passes with that step as its slope (the simulated
+    TPOT came out 12 times the stepped one). Every line must hold at its last pass."""
+    cost = parse_cost("calibrated:h200")
+    cost = cost[0] if isinstance(cost, tuple) else cost
+    rng = np.random.default_rng(1)
+    cases = [(256, 269970, 4108)]
+    for _ in range(300):
+        b = int(rng.choice([2, 8, 24, 64, 100, 144, 200, 256]))
+        ctx = np.minimum(rng.lognormal(7.0, 1.0, b).astype(int) + 16, 16000)
+        cases.append((b, int(ctx.sum()), int(ctx.max())))
+    for b, total, longest in cases:
+        rest = total - longest
+        ctx = [longest] + [rest // (b - 1)] * (b - 2) + [rest - rest // (b - 1) * (b - 2)]
+        a, slope, valid = cost.decode_line(b, total, longest)
+        for j in {0, 1, valid - 1}:
+            assert a + slope * j == pytest.approx(cost.pass_time([1] * b, [c + j for c in ctx]), rel=1e-5), (b, total,
+                                                                                                           longest, j)
