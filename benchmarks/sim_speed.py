@@ -43,7 +43,7 @@ from core.kv import BlockPool, blocks_for_gpu  # noqa: E402
 from core.metrics import compute_metrics  # noqa: E402
 from core.roofline import get_gpu  # noqa: E402
 from core.scheduler import ContinuousBatching  # noqa: E402
-from sim.cost import RooflineCost  # noqa: E402
+from sim.cost import RooflineCost, parse_cost  # noqa: E402
 from sim.run import simulate  # noqa: E402
 from traces import generate  # noqa: E402
 from traces.io import load_trace  # noqa: E402
@@ -140,6 +140,9 @@ def azure(args) -> None:
     trace = load_trace(args.trace)
     load_s = time.perf_counter() - t0
     cost, gpu, scheduler = setup()
+    if args.cost:  # another cost model than the roofline (e.g. calibrated:h200)
+        cost = parse_cost(args.cost)
+        cost = cost[0] if isinstance(cost, tuple) else cost
 
     def run():
         return simulate(trace, scheduler, cost, log_passes=args.log_passes, keep_token_times=args.token_times)
@@ -153,7 +156,7 @@ def azure(args) -> None:
     done = int(best.table.completed_mask().sum())
     print(f"trace: {args.trace.name}, {len(trace):,} requests over {trace.span_s / 60:.1f} min "
           f"(loaded in {load_s:.2f} s)")
-    print(f"policy: continuous batching, 1 replica, roofline cost {gpu.name}; pass records "
+    print(f"policy: continuous batching, 1 replica, {args.cost or 'roofline cost ' + gpu.name}; pass records "
           f"{'kept' if args.log_passes else 'off'}, token times {'kept' if args.token_times else 'off'}")
     print(f"simulated {done:,} requests to {best.end_s:,.0f} s, {best.num_passes:,} passes")
     print(f"wall: {best.wall_s:.3f} s (best of {args.repeat}: "
@@ -166,6 +169,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=AZURE_CONV)
     ap.add_argument("--repeat", type=int, default=3, help="runs; the best is reported (default 3)")
+    ap.add_argument("--cost", default=None, help="cost model of the default run (default: the roofline, H200)")
     ap.add_argument("--log-passes", action="store_true", help="keep a PassRecord per pass")
     ap.add_argument("--token-times", action="store_true", help="keep every token's time")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one run")
