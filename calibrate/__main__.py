@@ -175,13 +175,13 @@ def fit_main(argv: list[str]) -> int:
                   "heat": heat.as_dict(), "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
                   "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
-    doc["replays"] = replay_runs(results, cost, row["gpu"], row["model"])
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
         from calibrate.host import measure as measure_host
         doc["host"], host_basis = measure_host(results, cost, row["gpu"], row["model"])
     except ValueError as e:  # no open runs of this GPU and model to measure it on: no host time
         host_basis = None
         print(f"host time: not measured ({e})")
+    doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"])
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)

@@ -3,7 +3,9 @@
 Every pass an open or closed run of the continuous engine logged is priced by the model and set
 against its measured duration (the shapes are the real ones, so this tests the cost model
 alone, not the scheduler). For closed runs, TTFT and ITL are rebuilt from the predicted
-durations with the run's own gaps between passes kept, and set against the measured ones.
+durations with the run's own gaps between passes kept, and set against the measured ones; the
+first pass starts when the simulator's host term says (`cost.host`: the engine planned it at 0
+on an idle GPU) where the cost model carries one, at its logged start otherwise.
 """
 from __future__ import annotations
 
@@ -55,7 +57,10 @@ def replay(row: dict, passes: list, cost, closed: bool) -> dict:
     if closed:  # token times = pass ends: rebuild them from predicted durations, gaps kept
         starts = np.array([p.start_s for p in passes])
         gaps = np.diff(starts) - measured[:-1]
-        ends_pred = starts[0] + np.cumsum(predicted + np.append(gaps, 0.0))
+        host = getattr(cost, "host", None)
+        first = starts[0] if host is None or host.zero else \
+            max(host.fixed_s, host.per_token_s * sum(passes[0].new_tokens))
+        ends_pred = first + np.cumsum(predicted + np.append(gaps, 0.0))
         ends_meas = starts + measured
         result["ttft_error"] = float(ends_pred[0] / ends_meas[0] - 1)
         itl_pred = np.diff(ends_pred).mean() if len(passes) > 1 else np.nan
