@@ -19,8 +19,9 @@ Implementations:
   committed one.
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
 
-Calibration file (format "llm-sim-cost/v2", written by `python -m calibrate fit` from passes
-timed on the real engine; `CalibratedCost` documents the form and its parameters).
+Calibration file (format "llm-sim-cost/v4", written by `python -m calibrate fit` from passes
+timed on the real engine; `CalibratedCost` documents the form and its parameters, `sim.host` and
+`sim.heat` its optional "host" and "heat" fields).
 """
 from __future__ import annotations
 
