@@ -73,6 +73,10 @@ its programs run in waves of the SMs' resident programs, each wave as long as a 
 tiles of one sequence run longest first, so a list schedule's waves are near even), never
 shorter than the longest tile; past the first wave, waves overlap (a tile starts as another
 ends, no barrier between them): `shared`, fitted, is the share of a lone wave's time each takes.
+
+Two optional fields are not a pass's own cost and are applied by the simulator's replica:
+"host" (`sim.host`: the engine's host time around passes it plans on an idle GPU, and when the
+next plan sees arrivals) and "heat" (`sim.heat`: how much recent prompt work slows a pass).
 """
 from __future__ import annotations
 
