@@ -11,6 +11,8 @@
 #   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
 #   seed       the seed's open workload at 1..60 req/s, then 120..480 req/s, both policies
 #   azure1x    the Azure conversation window 1200:1250 at its own rate, both policies
+#   azure1x3   three minutes of it at its own rate (1200:1380), one policy a GPU at once (x2 machine; about
+#              4 minutes; the first attempt's records were lost to a wait loop whose `pgrep -f` matched itself)
 #   azure16    the window 1200:1520 compressed 16x, both policies
 #   azure32    the same window compressed 32x, both policies
 #   replicas   two replicas, one a GPU: the Azure window at 32x and the seed workload at 200 req/s, two routers each
@@ -38,6 +40,10 @@ for part in "$@"; do
       run 330 $serve --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked
       run 150 $serve --rates 120,240,480 --requests 400 --policy continuous,chunked ;;
     azure1x) run 200 $serve --trace $AZURE --window 1200:1250 --policy continuous,chunked --name azure-1x ;;
+    azure1x3)
+      CUDA_VISIBLE_DEVICES=0 run 330 $serve --trace $AZURE --window 1200:1380 --policy continuous --name azure-1x &
+      CUDA_VISIBLE_DEVICES=1 run 330 $serve --trace $AZURE --window 1200:1380 --policy chunked --name azure-1x &
+      wait ;;
     azure16) run 200 $serve --trace $AZURE --window 1200:1520 --rate-scale 16 --policy continuous,chunked --name azure ;;
     azure32) run 200 $serve --trace $AZURE --window 1200:1520 --rate-scale 32 --policy continuous,chunked --name azure ;;
     replicas)
