@@ -6,6 +6,7 @@
 # invocations side by side, one a GPU, set TAR=0 and tar $OUT/results themselves when both are done):
 #   tests      every GPU test of the kernels and the engine (tests/test_kernels.py, tests/test_gpu.py)
 #   profile    benchmarks/profile_paged_decode.py: the batched decode pass, its breakdown, attention slicings
+#   replay     benchmarks/replay_shapes.py on seed-r30-continuous: its own passes timed again, in its order and shuffled
 #   layout     benchmarks/block_layout.py: pass times with KV blocks end to end against scattered over the cache
 #   sweep      the calibration sweep
 #   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
@@ -33,6 +34,7 @@ for part in "$@"; do
     profile) run 300 python3 benchmarks/profile_paged_decode.py --json $R/profile_paged_decode.json ;;
     sweep) run 300 python3 -m calibrate sweep --out $R ;;
     layout) run 300 python3 benchmarks/block_layout.py --json $R/block_layout.json ;;
+    replay) run 300 python3 benchmarks/replay_shapes.py results/continuous/seed-r30-continuous-20261130T030124 --passes 600 ;;
     closed)
       run 200 python3 -m engine bench --engine continuous --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256 --warmup 1 --runs 3 --out $R
       run 150 python3 -m engine bench --engine continuous --prompts p16,p64,p1024,p4096 --warmup 1 --runs 3 --out $R ;;

@@ -119,7 +119,8 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
-              progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0) -> list[PassRecord]:
+              progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0,
+              shuffled: bool = True) -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
@@ -138,10 +139,10 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     runner.clock.zero()
     shuffle = random.Random(seed).shuffle
     order = list(shapes)
-    shuffle(order)
     timed = []
     for _ in range(repeats):
-        shuffle(order)
+        if shuffled:  # (else the rounds keep the given order: a logged run's own, say)
+            shuffle(order)
         timed += order
     lead = Shape("lead", ((16, 1),))  # one short decode: the pass that waits for the host
     windows = [(order[i:i + window], False) for i in range(0, len(order), window)]

@@ -30,3 +30,11 @@ def test_the_grid_has_batches_like_served_workloads():
     mixed_prompts = [s for s in default_shapes(256, 16384) if s.group.startswith("prompts") and "mixed" in s.group]
     assert mixed_prompts and all(sum(n for _, n in s.seqs) <= 32768 and len({n for _, n in s.seqs}) > 1
                                  for s in mixed_prompts)
+
+
+def test_rounds_can_keep_the_given_order():
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(20)]
+    records = run_sweep(runner, shapes, repeats=2, shuffled=False)
+    assert [p.context_lens[0] for p in records] == [8 + i for i in range(20)] * 2
