@@ -133,10 +133,12 @@ def _worker(index: int, spec: WorkerSpec, inbox, outbox, done_count, kv_load, ru
                 queued = sum(kv.blocks_for(s.num_tokens) for _, s in scheduler.waiting)
                 kv_load.value = (kv.used_blocks() + queued) / kv.num_blocks
 
-        result = serve(QueueArrivals(inbox), scheduler, runner, run_id=run_id, overlap=spec.overlap,
-                       on_request=on_request, on_pass=on_pass, replica=index, start_at=start_at,
-                       while_waiting=writer.write_while)
-        writer.close()
+        try:
+            result = serve(QueueArrivals(inbox), scheduler, runner, run_id=run_id, overlap=spec.overlap,
+                           on_request=on_request, on_pass=on_pass, replica=index, start_at=start_at,
+                           while_waiting=writer.write_while)
+        finally:  # the records kept so far are written, whatever ended the run
+            writer.close()
         outbox.put(("finished", index, {"passes": len(result.passes), "interrupted": result.interrupted}))
     except BaseException:
         outbox.put(("error", index, traceback.format_exc()))
