@@ -16,21 +16,9 @@ import dataclasses
 import numpy as np
 
 from core.records import PassRecord
-from sim.heat import Heat, HeatState, heats
+from sim.heat import Heat, factors, heats, levels
 
 TAU_GRID_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
-
-
-def heat_levels(passes: list[PassRecord], tau_s: float) -> np.ndarray:
-    """H / tau_s at the start of every pass (the passes' order), each replica on its own."""
-    states: dict = {}
-    out = {}
-    for p in sorted(passes, key=lambda p: p.start_s):
-        state = states.setdefault(p.replica, HeatState(Heat(tau_s=tau_s)))
-        prefill = heats(p.new_tokens)
-        out[id(p)] = state.value(p.start_s) / tau_s
-        state.passed(p.start_s, p.duration_s, prefill)
-    return np.array([out[id(p)] for p in passes])
 
 
 def fit_heat(passes: list[PassRecord], predicted) -> tuple[Heat, dict]:
@@ -40,7 +28,7 @@ def fit_heat(passes: list[PassRecord], predicted) -> tuple[Heat, dict]:
     ratio = np.array([p.duration_s for p in passes]) / predicted
     best = None
     for tau in TAU_GRID_S:
-        h = heat_levels(passes, tau)
+        h = np.asarray(levels(passes, tau))
         kappas, scales, residual = {}, {}, 0.0
         for name, sel in (("decode", ~prefill), ("prefill", prefill)):
             if not sel.any():
@@ -59,11 +47,7 @@ def rested(passes: list[PassRecord], heat: Heat) -> list[PassRecord]:
     """The passes with each one's time divided by its factor."""
     if heat.zero:
         return passes
-    out = []
-    for p, h in zip(passes, heat_levels(passes, heat.tau_s)):
-        kappa = heat.prefill if heats(p.new_tokens) else heat.decode
-        out.append(dataclasses.replace(p, duration_s=p.duration_s / (1 + kappa * h)))
-    return out
+    return [dataclasses.replace(p, duration_s=p.duration_s / f) for p, f in zip(passes, factors(passes, heat))]
 
 
 def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2) -> tuple[dict, Heat]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.runstore import RunStore
-from sim.heat import Heat, factors
+from sim.heat import logged_times
 
 
 def engine_runs(results: Path, gpu: str, model: str):
@@ -46,8 +46,7 @@ def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
 
 def replay(row: dict, passes: list, cost, closed: bool) -> dict:
     measured = np.array([p.duration_s for p in passes])
-    predicted = np.array([cost.pass_time(p.new_tokens, p.context_lens) for p in passes])
-    predicted *= factors(passes, getattr(cost, "heat", None) or Heat())  # decode after recent prompt work
+    predicted = np.array(logged_times(cost, passes))
     result = {"run_id": row["run_id"], "passes": len(passes), "pass_mape": float(np.mean(np.abs(predicted / measured - 1))),
               "busy_error": float(predicted.sum() / measured.sum() - 1)}
     for kind in ("decode", "prefill", "mixed"):
@@ -58,8 +57,7 @@ def replay(row: dict, passes: list, cost, closed: bool) -> dict:
         starts = np.array([p.start_s for p in passes])
         gaps = np.diff(starts) - measured[:-1]
         host = getattr(cost, "host", None)
-        first = starts[0] if host is None or host.zero else \
-            max(host.fixed_s, host.per_token_s * sum(passes[0].new_tokens))
+        first = starts[0] if host is None or host.zero else host.idle_delay(passes[0], woke=False)
         ends_pred = first + np.cumsum(predicted + np.append(gaps, 0.0))
         ends_meas = starts + measured
         result["ttft_error"] = float(ends_pred[0] / ends_meas[0] - 1)

@@ -22,7 +22,7 @@ import numpy as np
 from core.metrics import compute_metrics
 from core.records import PassRecord, RequestRecord
 from core.runstore import RunStore
-from sim.heat import Heat, factors
+from sim.heat import logged_times
 from traces.trace import Trace
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -129,8 +129,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
                "error": signed(sim_m.preemptions, real_m.preemptions) if real_m.preemptions else
                (0.0 if not sim_m.preemptions else math.nan)}]
     measured = np.array([p.duration_s for p in real_passes])
-    predicted = np.array([cost_model.pass_time(p.new_tokens, p.context_lens) for p in real_passes])
-    predicted *= factors(real_passes, getattr(cost_model, "heat", None) or Heat())  # decode after recent prompt work
+    predicted = np.array(logged_times(cost_model, real_passes))
     gaps = []
     for r in sorted({p.replica for p in real_passes}):
         mine = [p for p in real_passes if p.replica == r]

@@ -5,21 +5,23 @@ Measured on the H200 (`results/calibration`): a pass that starts just after a lo
 than the same pass after a rest, and the card recovers over some tens of milliseconds; in the
 open Azure runs at 32x the decode passes within 1 ms of a prefill ran 10% longer than the
 calibration said, those 0.1-1 s after one 3% shorter, and prefill passes that followed prefill
-for a while 7.6% longer. The model: a leaky integrator of the seconds spent in passes that carry
-prompt tokens,
+for a while 7.6% longer. The model: a leaky integrator of the seconds spent in passes of prompt
+tokens only (`heats`),
 
-    dH/dt = [a prefill pass is running] - H / tau_s
+    dH/dt = [such a pass is running] - H / tau_s
 
-(prompt-only passes, `heats`) and a pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times its
+and a pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times its
 rested time, with one kappa for passes of prompt tokens only (`prefill`) and one for the others
 (`decode`, mixed passes included); H / tau_s is between 0, rested, and 1, after prefill for much
-longer than tau_s. They are fitted with the cost model (`calibrate.heat`) on the sweep's own pass stream,
-and stored in the calibration file's optional "heat" field (none: no effect).
+longer than tau_s. They are fitted with the cost model (`calibrate.heat`) on the sweep's own
+pass stream, and stored in the calibration file's optional "heat" field (none: no effect).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from sim.host import optional_section
 
 MAX_TAU_S = 10.0
 
@@ -47,14 +49,8 @@ class Heat:
 
     @classmethod
     def from_dict(cls, d, source: str = "calibration") -> "Heat":
-        if d is None:
-            return cls()
-        if not isinstance(d, dict) or set(d) - {"decode", "prefill", "tau_s"}:
-            raise ValueError(f"{source}: heat must be an object with decode, prefill and tau_s, got {d!r}")
-        try:
-            return cls(**d)
-        except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+        """The calibration file's "heat" field (None: no effect)."""
+        return optional_section(cls, d, "heat", source)
 
     @property
     def zero(self) -> bool:
@@ -91,8 +87,8 @@ class HeatState:
         are a little short and the last a little long)."""
         if not self.heat.decode or duration <= 0:
             return self.factor(start)
-        tau = self.heat.tau_s
-        return 1.0 + self.heat.decode * self.value(start) / tau * tau / duration * (1.0 - math.exp(-duration / tau))
+        # the mean of 1 + decode * H(t) / tau over the run, H decaying from H(start) with tau
+        return 1.0 + self.heat.decode * self.value(start) / duration * (1.0 - math.exp(-duration / self.heat.tau_s))
 
     def passed(self, start: float, duration: float, prefill: bool) -> None:
         """A pass ran from start for duration seconds (carrying prompt tokens or not)."""
@@ -108,14 +104,28 @@ class HeatState:
         self.level, self.at = level, start + duration
 
 
-def factors(passes, heat: Heat) -> list[float]:
-    """The factor of every pass of a logged run (PassRecords, any order; each replica's GPU on
-    its own)."""
+def levels(passes, tau_s: float) -> list[float]:
+    """H / tau_s at the start of every pass of a logged run (PassRecords, any order; each
+    replica's GPU on its own), for an integrator leaking with `tau_s`."""
     states: dict = {}
     out = {}
     for p in sorted(passes, key=lambda p: p.start_s):
-        state = states.setdefault(getattr(p, "replica", 0), HeatState(heat))
-        prefill = heats(p.new_tokens)
-        out[id(p)] = state.factor(p.start_s, prefill)
-        state.passed(p.start_s, p.duration_s, prefill)
+        state = states.setdefault(getattr(p, "replica", 0), HeatState(Heat(tau_s=tau_s)))
+        out[id(p)] = state.value(p.start_s) / tau_s
+        state.passed(p.start_s, p.duration_s, heats(p.new_tokens))
     return [out[id(p)] for p in passes]
+
+
+def factors(passes, heat: Heat) -> list[float]:
+    """The factor of every pass of a logged run (as `levels`)."""
+    if heat.zero:
+        return [1.0] * len(passes)
+    return [1.0 + (heat.prefill if heats(p.new_tokens) else heat.decode) * h
+            for p, h in zip(passes, levels(passes, heat.tau_s))]
+
+
+def logged_times(cost, passes) -> list[float]:
+    """Every logged pass priced as the simulator runs it: `cost`'s pass time, times the factor
+    of the heat the cost model carries (if any)."""
+    heat = getattr(cost, "heat", None) or Heat()
+    return [cost.pass_time(p.new_tokens, p.context_lens) * f for p, f in zip(passes, factors(passes, heat))]

@@ -32,6 +32,24 @@ from core.scheduler import ScheduledPass
 MAX_HOST_S = 1.0  # a host term of a second or more is a broken file, not a host
 
 
+def optional_section(cls, d, name: str, source: str):
+    """An optional section `name` of a calibration file (`d`, None when absent: all defaults) as
+    the frozen dataclass `cls`, which checks its values; a section that is not an object of
+    `cls`'s fields is an error naming it."""
+    if d is None:
+        return cls()
+    if not isinstance(d, dict):
+        raise ValueError(f"{source}: {name} must be an object, got {d!r}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"{source}: {name} has unknown keys {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**d)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+
+
 @dataclass(frozen=True)
 class HostTime:
     fixed_s: float = 0.0        # plan, build and launch a pass onto an idle GPU
@@ -55,18 +73,7 @@ class HostTime:
     @classmethod
     def from_dict(cls, d, source: str = "calibration") -> "HostTime":
         """The calibration file's "host" field (None: no host time)."""
-        if d is None:
-            return cls()
-        if not isinstance(d, dict):
-            raise ValueError(f"{source}: host must be an object of seconds, got {d!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{source}: host has unknown keys {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**d)
-        except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+        return optional_section(cls, d, "host", source)
 
     @property
     def zero(self) -> bool:

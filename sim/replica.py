@@ -103,7 +103,7 @@ class Replica:
         self.swap_link = swap_link
         self.overlap = overlap
         self.host = host if host is not None and not host.zero else None
-        heat = getattr(cost, "heat", None)  # recent prompt work slowing decode passes (sim.heat)
+        heat = getattr(cost, "heat", None)  # recent prompt work slowing the next passes (sim.heat)
         self.heat = HeatState(heat) if heat is not None and not heat.zero else None
         self.in_flight = False  # the engine has a pass in flight when it plans the next (else: host delay)
         self.woke = False  # the replica slept for lack of work since its last pass
@@ -298,7 +298,7 @@ class Replica:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
-        if self.heat is not None:  # (started rested: decode passes only let it cool)
+        if self.heat is not None:  # (decode passes only let it cool)
             self.heat.passed(start, env.now - start, False)
         self.last_start = start + (a * (k - 1) + b * ((k - 1) * (k - 2) // 2))  # run_time(a, b, k - 1)
         self.num_steps += 1
