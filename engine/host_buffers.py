@@ -53,10 +53,7 @@ class Uploads:
             at += -(-a.size // step) * step
         n = at
         if not self.cuda:
-            host = np.zeros(n, dtype=np.dtype(str(self.dtype).removeprefix("torch.")))
-            for a, start in zip(parts, starts):
-                np.copyto(host[start:start + a.size], a, casting="unsafe")
-            packed = torch.from_numpy(host)
+            packed = torch.zeros(n, dtype=self.dtype)
         else:
             slot = self.next
             self.next = (slot + 1) % len(self.buffers)
@@ -66,10 +63,12 @@ class Uploads:
                 buffer = torch.empty(max(n, 2 * (buffer.numel() if buffer is not None else 0), 1024),
                                      dtype=self.dtype, pin_memory=True)
                 self.buffers[slot] = buffer
-            host = buffer[:n].numpy()
-            for a, start in zip(parts, starts):
-                np.copyto(host[start:start + a.size], a, casting="unsafe")
-            packed = buffer[:n].to(self.device, non_blocking=True)
+            packed = buffer[:n]
+        host = packed.numpy()
+        for a, start in zip(parts, starts):
+            np.copyto(host[start:start + a.size], a, casting="unsafe")
+        if self.cuda:
+            packed = packed.to(self.device, non_blocking=True)
             self.copied[slot].record()
         return [packed[start:start + a.size] for a, start in zip(parts, starts)]
 
