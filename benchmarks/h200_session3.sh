@@ -6,7 +6,11 @@
 # invocations side by side, one a GPU, set TAR=0 and tar $OUT/results themselves when both are done):
 #   tests      every GPU test of the kernels and the engine (tests/test_kernels.py, tests/test_gpu.py)
 #   profile    benchmarks/profile_paged_decode.py: the batched decode pass, its breakdown, attention slicings
-#   replay     benchmarks/replay_shapes.py on seed-r30-continuous: its own passes timed again, in its order and shuffled
+#   replay     benchmarks/replay_shapes.py on seed-r30-continuous: its own passes timed again, as the sweep times
+#              passes (its order, shuffled) and as the serving loop launches them
+#   replay32   the same on the Azure 32x continuous run (whose passes the calibration under-predicts)
+#   served     the seed workload at 30 req/s served again (into $OUT/served, not results/), then its passes replayed
+#              as above on the same GPU: tells a harness effect from a machine's or a day's
 #   layout     benchmarks/block_layout.py: pass times with KV blocks end to end against scattered over the cache
 #   sweep      the calibration sweep
 #   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
@@ -35,6 +39,10 @@ for part in "$@"; do
     sweep) run 300 python3 -m calibrate sweep --out $R ;;
     layout) run 300 python3 benchmarks/block_layout.py --json $R/block_layout.json ;;
     replay) run 300 python3 benchmarks/replay_shapes.py results/continuous/seed-r30-continuous-20261130T030124 --passes 600 ;;
+    replay32) run 300 python3 benchmarks/replay_shapes.py results/continuous/azure-continuous-20261130T030125 --passes 600 ;;
+    served)
+      run 150 python3 -m engine serve-trace --out $OUT/served --rates 30 --requests 50 --policy continuous
+      run 300 python3 benchmarks/replay_shapes.py $OUT/served/continuous/seed-r30-continuous-* --passes 600 ;;
     closed)
       run 200 python3 -m engine bench --engine continuous --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256 --warmup 1 --runs 3 --out $R
       run 150 python3 -m engine bench --engine continuous --prompts p16,p64,p1024,p4096 --warmup 1 --runs 3 --out $R ;;

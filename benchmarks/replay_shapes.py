@@ -1,11 +1,13 @@
-"""Time a committed open run's own pass shapes again, outside the serving loop: in the run's own
-order, and shuffled. Where the first matches the run's logged times and the second the
-calibration sweep's, what a pass follows is what differs; where both match the log, the sweep's
-shapes are not the run's.
+"""Time a committed open run's own pass shapes again, outside the serving loop, three ways: as the
+calibration sweep times passes (in windows launched back to back behind a lead), in the run's own
+order and shuffled; and as the serving loop launches them (the next built and launched while the
+current one runs, no lead), in the run's order.
 
 The open seed runs' decode passes (8-32 sequences, a few of 4,096 positions) ran about 6%
-faster than the sweep's passes of the same composition (`results/calibration/README.md`); this
-is the measurement that tells the two explanations apart.
+faster than the sweep's passes of the same composition (`results/calibration/README.md`). Where
+the sweep's own-order and shuffled times agree with each other but not with the log, what a pass
+follows is not the cause; where "as served" matches the log and the sweep's columns do not, the
+way the sweep launches passes is.
 
     python benchmarks/replay_shapes.py results/continuous/seed-r30-continuous-20261130T030124 [--passes 400]
 """
@@ -18,9 +20,11 @@ from pathlib import Path
 
 import torch
 
-from calibrate.sweep import Shape, blocks_needed, run_sweep
+import numpy as np
+
+from calibrate.sweep import Shape, blocks_needed, fake_plan, run_sweep
 from core.runstore import RunStore
-from engine.continuous import ModelRunner
+from engine.continuous import ModelRunner, build_host_batch
 from engine.paged import PagedKVCache
 from engine.provenance import resolve_device
 from engine.weights import load_model
@@ -35,6 +39,24 @@ def run_shapes(run_dir: Path, passes: int, seed: int = 0) -> list[tuple[str, Sha
     for p in logged[mid:mid + passes]:
         out.append((p.kind, Shape(f"pass {p.step}", tuple(zip(p.context_lens, p.new_tokens))), p.duration_s))
     return out
+
+
+def time_overlapped(runner: ModelRunner, shapes: list[Shape]) -> list[float]:
+    """Seconds of each shape, in the given order, launched as the serving loop launches them:
+    the next pass built and launched while the current one runs, one pass ahead, no lead."""
+    rng = np.random.default_rng(0)
+    vocab, size = runner.model.config.vocab_size, runner.cache.block_size
+    runner.clock.zero()
+    times, previous = [], None
+    for index, shape in enumerate(shapes + shapes[:1]):  # the last timed pass has one behind it, as served
+        plan = fake_plan(shape, size, vocab, rng)
+        launched = runner.launch(index, plan, build_host_batch(plan, size, None), None, 0.0)
+        if previous is not None:
+            _, start, end = runner.collect(previous)
+            times.append(end - start)
+        previous = launched
+    runner.collect(previous)
+    return times
 
 
 def main() -> int:
@@ -56,18 +78,18 @@ def main() -> int:
     cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, model.embed_tokens.weight.dtype,
                          device)
     runner = ModelRunner(model, cache, 256, "triton" if gpu else "eager", graphs=gpu)
-    results = {}
-    for order in ("own order", "shuffled"):
+    columns = {"logged": [t for _, _, t in picked]}
+    for order in ("own order", "shuffled"):  # as the calibration sweep times them
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
-        results[order] = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
-    print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}")
-    print(f"  {'kind':<8}{'passes':>7}{'logged ms':>11}{'own order':>11}{'shuffled':>10}")
+        by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
+        columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
+    columns["as served"] = time_overlapped(runner, shapes)
+    print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}; mean ms per pass")
+    print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>20}" for name in columns))
     for kind in sorted({k for k, _, _ in picked}):
-        rows = [(s, t) for k, s, t in picked if k == kind]
-        logged = statistics.mean(t for _, t in rows) * 1e3
-        own = statistics.mean(results["own order"][s.seqs] for s, _ in rows) * 1e3
-        shuffled = statistics.mean(results["shuffled"][s.seqs] for s, _ in rows) * 1e3
-        print(f"  {kind:<8}{len(rows):>7}{logged:>11.3f}{own:>11.3f}{shuffled:>10.3f}")
+        rows = [i for i, (k, _, _) in enumerate(picked) if k == kind]
+        means = [statistics.mean(column[i] for i in rows) * 1e3 for column in columns.values()]
+        print(f"  {kind:<8}{len(rows):>7}" + "".join(f"{m:>20.3f}" for m in means))
     return 0
 
 
