@@ -88,3 +88,31 @@ def test_no_open_runs_is_a_one_line_error(tmp_path, capsys):
     assert sim_main(["compare", "--results", str(tmp_path), "--cost", f"constant:{COST}", "--no-charts"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no open runs" in err[0]
+
+
+def repeat_of(row: dict, scale: dict, run_id: str) -> dict:
+    """`row` measured again: the named stats scaled (e.g. {("ttft", "p50"): 1.2})."""
+    out = dict(row, run_id=run_id)
+    for (metric, stat), factor in scale.items():
+        out[f"{stat}_{metric}_ms"] = row[f"{stat}_{metric}_ms"] * factor
+    return out
+
+
+def test_repeat_spread_is_the_worst_real_against_real_difference(comparison):
+    row = comparison.row
+    repeats = [repeat_of(row, {("ttft", "p50"): 1.2}, "again-1"), repeat_of(row, {("ttft", "p50"): 0.7}, "again-2"),
+               repeat_of(row | {"policy": "chunked"}, {("ttft", "p50"): 3.0}, "another-policy"), row]
+    from sim.compare import repeat_spread
+    count, spread = repeat_spread(row, repeats)
+    assert count == 2  # not the other policy's run, not the run itself
+    assert spread["ttft", "p50"] == pytest.approx(0.3)
+    assert spread["tpot", "p99"] == 0.0
+    (check,) = targets([comparison], repeats)
+    assert check["repeats"] == 2 and check["repeat_worst_p50_p90"] == pytest.approx(0.3)
+    # the fixture's simulated errors are far beyond 30% on some metric (10 ms passes against a slow CPU run)
+    assert check["within_repeat_spread"] is False
+    table = {(t["metric"], t["stat"]): abs(t["error"]) for t in comparison.table}
+    wide = [repeat_of(row, {k: 1 + table[k] + 0.01 for k in table if k[0] in ("ttft", "tpot", "e2el")
+                            and k[1] in ("p50", "p90", "p99")}, "far")]
+    (check,) = targets([comparison], wide)
+    assert check["within_repeat_spread"] is True and check["met"] is False
