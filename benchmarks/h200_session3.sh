@@ -21,6 +21,8 @@
 #   azure16    the window 1200:1520 compressed 16x, both policies
 #   azure32    the same window compressed 32x, both policies
 #   replicas   two replicas, one a GPU: the Azure window at 32x and the seed workload at 200 req/s, two routers each
+#   replicas2  two replicas: the seed workload at 150 req/s (600 requests), two routers; then the 200 req/s runs of
+#              `replicas` again, into $OUT/repeats (for results/continuous-repeats)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 R=$OUT/results
@@ -38,7 +40,7 @@ for part in "$@"; do
     profile) run 300 python3 benchmarks/profile_paged_decode.py --json $R/profile_paged_decode.json ;;
     sweep) run 300 python3 -m calibrate sweep --out $R ;;
     layout) run 300 python3 benchmarks/block_layout.py --json $R/block_layout.json ;;
-    replay) run 300 python3 benchmarks/replay_shapes.py results/continuous/seed-r30-continuous-20261130T030124 --passes 600 ;;
+    replay) run 300 python3 benchmarks/replay_shapes.py results/continuous-repeats/seed-r30-continuous-20261130T030124 --passes 600 ;;
     replay32) run 300 python3 benchmarks/replay_shapes.py results/continuous/azure-continuous-20261130T030125 --passes 600 ;;
     served)
       run 150 python3 -m engine serve-trace --out $OUT/served --rates 30 --requests 50 --policy continuous
@@ -61,6 +63,11 @@ for part in "$@"; do
       run 150 $serve --trace $AZURE --window 1200:1520 --rate-scale 32 --replicas 2 --router round-robin,least-outstanding --name azure
       run 100 $serve --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
       python3 benchmarks/pass_stalls.py $R/continuous/*x2* ;;
+    replicas2)
+      unset CUDA_VISIBLE_DEVICES
+      run 150 $serve --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding
+      run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
+      python3 benchmarks/pass_stalls.py $R/continuous/*x2* $OUT/repeats/continuous/*x2* ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -9,7 +9,7 @@ the sweep's own-order and shuffled times agree with each other but not with the 
 follows is not the cause; where "as served" matches the log and the sweep's columns do not, the
 way the sweep launches passes is.
 
-    python benchmarks/replay_shapes.py results/continuous/seed-r30-continuous-20261130T030124 [--passes 400]
+    python benchmarks/replay_shapes.py results/continuous-repeats/seed-r30-continuous-20261130T030124 [--passes 400]
 """
 from __future__ import annotations
 
