@@ -15,6 +15,8 @@
 #   sweep      the calibration sweep
 #   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
 #   seed       the seed's open workload at 1..60 req/s, then 120..480 req/s, both policies
+#   seed150    the seed workload at 3..60 req/s with 150 requests a rate (TTFT's percentiles of 50 requests are
+#              too few to repeat), both policies; run on both GPUs side by side for repeats
 #   azure1x    the Azure conversation window 1200:1250 at its own rate, both policies
 #   azure1x3   three minutes of it at its own rate (1200:1380), one policy a GPU at once (x2 machine; about
 #              4 minutes; the first attempt's records were lost to a wait loop whose `pgrep -f` matched itself)
@@ -51,6 +53,7 @@ for part in "$@"; do
     seed)
       run 330 $serve --rates 1,3,5,7,15,30,60 --requests 50 --policy continuous,chunked
       run 150 $serve --rates 120,240,480 --requests 400 --policy continuous,chunked ;;
+    seed150) run 330 $serve --rates 3,5,7,15,30,60 --requests 150 --policy continuous,chunked ;;
     azure1x) run 200 $serve --trace $AZURE --window 1200:1250 --policy continuous,chunked --name azure-1x ;;
     azure1x3)
       CUDA_VISIBLE_DEVICES=0 run 330 $serve --trace $AZURE --window 1200:1380 --policy continuous --name azure-1x &
