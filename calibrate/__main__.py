@@ -44,6 +44,10 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--kernels", choices=("triton", "eager"), default=None)
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0)
+    p.add_argument("--launch", choices=("windows", "served"), default="windows",
+                   help="timed passes launched 16 at a time behind a short lead, each window built first "
+                        "(windows, default), or each built and launched while the one before it runs, as the "
+                        "serving loop does (served)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
@@ -84,11 +88,11 @@ def sweep_main(argv: list[str]) -> int:
     wall = time.perf_counter()
     with tqdm(total=len(shapes) * (args.repeats + 1), desc="sweep", unit="pass", file=sys.stderr) as bar:
         passes = run_sweep(runner, shapes, args.repeats, args.seed, run_id,
-                           progress=lambda i, n: bar.update(i - bar.n))
+                           progress=lambda i, n: bar.update(i - bar.n), launch=args.launch)
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
     row = {"run_id": run_id, "engine": "continuous", "kind": "sweep", "shapes": len(shapes), "repeats": args.repeats,
-           "passes": len(passes), "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
+           "passes": len(passes), "launch": args.launch, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,

@@ -120,14 +120,19 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
               progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0,
-              shuffled: bool = True) -> list[PassRecord]:
+              shuffled: bool = True, launch: str = "windows") -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
     follows some other shape, as in a served workload. The rounds run `window` passes at a time:
     all built on the host first, then launched back to back behind a short untimed lead pass, as
     the engine's overlap runs them, so the times are the GPU's alone (a pass the GPU starts idle
-    includes the graph's launch: 0.1-0.4 ms more on the H200's host)."""
+    includes the graph's launch: 0.1-0.4 ms more on the H200's host). With `launch="served"` the
+    timed rounds run instead as the serving loop runs passes: each built and launched while the one
+    before it runs, one ahead, with no pause between windows (where a busy GPU runs its passes
+    slower, the sweep sees it too)."""
+    if launch not in ("windows", "served"):
+        raise ValueError(f"launch {launch!r}: windows or served")
     cache = runner.cache
     needed = max(blocks_needed(s, cache.block_size) for s in shapes)
     if needed > cache.num_blocks:
@@ -146,11 +151,24 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
         timed += order
     lead = Shape("lead", ((16, 1),))  # one short decode: the pass that waits for the host
     windows = [(order[i:i + window], False) for i in range(0, len(order), window)]
-    windows += [([lead] + timed[i:i + window], True) for i in range(0, len(timed), window)]
+    if launch == "windows":
+        windows += [([lead] + timed[i:i + window], True) for i in range(0, len(timed), window)]
     total = len(shapes) * (repeats + 1)
     vocab = runner.model.config.vocab_size
     records: list[PassRecord] = []
     done = index = 0
+
+    def record(passed) -> None:
+        nonlocal done
+        _, start, end = runner.collect(passed)
+        plan = passed.plan
+        records.append(PassRecord(run_id=run_id, engine="continuous", step=len(records),
+                                  kind=pass_kind(plan.new_tokens, plan.context_lens),
+                                  new_tokens=list(plan.new_tokens), context_lens=list(plan.context_lens),
+                                  start_s=start, duration_s=end - start, mode=passed.mode, padded_to=passed.padded_to))
+        done += 1
+        if progress is not None and launch == "served" and done % 64 == 0:
+            progress(done, total)
     for batch, timing in windows:
         built = [fake_plan(shape, cache.block_size, vocab, rng, cache.num_blocks if scatter else 0) for shape in batch]
         hosts = [build_host_batch(plan, cache.block_size, None) for plan in built]
@@ -159,17 +177,28 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
             launched.append(runner.launch(index, plan, host, None, 0.0))
             index += 1
         for i, passed in enumerate(launched):
-            _, start, end = runner.collect(passed)
             if timing and i == 0:
-                continue  # the lead
-            done += 1
+                runner.collect(passed)  # the lead
+                continue
             if timing:
-                plan = passed.plan
-                records.append(PassRecord(run_id=run_id, engine="continuous", step=len(records),
-                                          kind=pass_kind(plan.new_tokens, plan.context_lens),
-                                          new_tokens=list(plan.new_tokens), context_lens=list(plan.context_lens),
-                                          start_s=start, duration_s=end - start, mode=passed.mode,
-                                          padded_to=passed.padded_to))
+                record(passed)
+            else:
+                runner.collect(passed)
+                done += 1
+        if progress is not None:
+            progress(done, total)
+    if launch == "served":  # the lead first, a last one after so that the last timed pass has a successor
+        previous = None
+        for i, shape in enumerate([lead] + timed + [lead]):
+            plan = fake_plan(shape, cache.block_size, vocab, rng, cache.num_blocks if scatter else 0)
+            following = runner.launch(index, plan, build_host_batch(plan, cache.block_size, None), None, 0.0)
+            index += 1
+            if i == 1:
+                runner.collect(previous)  # the lead
+            elif i > 1:
+                record(previous)
+            previous = following
+        runner.collect(previous)
         if progress is not None:
             progress(done, total)
     return records

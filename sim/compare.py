@@ -232,7 +232,9 @@ def repeat_rows(results: Path) -> list[dict]:
 def repeat_spread(row: dict, repeats: list[dict]) -> tuple[int, dict]:
     """How many repeats `row` has, and per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99 the
     largest |repeat / row - 1|: how far the engine is from itself."""
-    same = [r for r in repeats if r["run_id"] != row["run_id"] and all(r.get(k) == row.get(k) for k in SETUP)]
+    # (two GPUs measuring side by side stamp their runs with one run id: a repeat is told from the
+    # run itself by its whole row)
+    same = [r for r in repeats if r != row and all(r.get(k) == row.get(k) for k in SETUP)]
     spread = {(m, st): max((abs(signed(r[f"{st}_{m}_ms"], row[f"{st}_{m}_ms"])) for r in same), default=math.nan)
               for m in ("ttft", "tpot", "e2el") for st in TARGET}
     return len(same), spread

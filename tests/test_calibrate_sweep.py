@@ -38,3 +38,25 @@ def test_rounds_can_keep_the_given_order():
     shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(20)]
     records = run_sweep(runner, shapes, repeats=2, shuffled=False)
     assert [p.context_lens[0] for p in records] == [8 + i for i in range(20)] * 2
+
+
+@pytest.mark.parametrize("launch", ["windows", "served"])
+def test_both_ways_of_launching_time_every_shape_in_the_rounds_order(launch):
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(20)]
+    seen = []
+    records = run_sweep(runner, shapes, repeats=2, shuffled=False, launch=launch,
+                        progress=lambda done, total: seen.append((done, total)))
+    assert [p.context_lens[0] for p in records] == [8 + i for i in range(20)] * 2  # no lead among them
+    assert [p.step for p in records] == list(range(40))
+    assert all(p.duration_s > 0 for p in records)
+    assert all(b.start_s >= a.start_s + a.duration_s for a, b in zip(records, records[1:]))
+    assert seen[-1] == (60, 60)  # every shape's warm-up pass and its two timed ones
+
+
+def test_an_unknown_way_of_launching_is_refused():
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    with pytest.raises(ValueError, match="windows or served"):
+        run_sweep(runner, [Shape("s", ((8, 1),))], launch="batched")

@@ -101,14 +101,16 @@ def repeat_of(row: dict, scale: dict, run_id: str) -> dict:
 def test_repeat_spread_is_the_worst_real_against_real_difference(comparison):
     row = comparison.row
     repeats = [repeat_of(row, {("ttft", "p50"): 1.2}, "again-1"), repeat_of(row, {("ttft", "p50"): 0.7}, "again-2"),
-               repeat_of(row | {"policy": "chunked"}, {("ttft", "p50"): 3.0}, "another-policy"), row]
+               repeat_of(row | {"policy": "chunked"}, {("ttft", "p50"): 3.0}, "another-policy"), row,
+               repeat_of(row, {("ttft", "p99"): 1.1}, row["run_id"])]  # another GPU's run can have the same id
     from sim.compare import repeat_spread
     count, spread = repeat_spread(row, repeats)
-    assert count == 2  # not the other policy's run, not the run itself
+    assert count == 3  # not the other policy's run, not the run itself
     assert spread["ttft", "p50"] == pytest.approx(0.3)
     assert spread["tpot", "p99"] == 0.0
     (check,) = targets([comparison], repeats)
-    assert check["repeats"] == 2 and check["repeat_worst_p50_p90"] == pytest.approx(0.3)
+    assert check["repeats"] == 3 and check["repeat_worst_p50_p90"] == pytest.approx(0.3)
+    assert check["repeat_worst_p99"] == pytest.approx(0.1)
     # the fixture's simulated errors are far beyond 30% on some metric (10 ms passes against a slow CPU run)
     assert check["within_repeat_spread"] is False
     table = {(t["metric"], t["stat"]): abs(t["error"]) for t in comparison.table}
