@@ -20,11 +20,9 @@ from pathlib import Path
 
 import torch
 
-import numpy as np
-
-from calibrate.sweep import Shape, blocks_needed, fake_plan, run_sweep
+from calibrate.sweep import Shape, blocks_needed, run_sweep
 from core.runstore import RunStore
-from engine.continuous import ModelRunner, build_host_batch
+from engine.continuous import ModelRunner
 from engine.paged import PagedKVCache
 from engine.provenance import resolve_device
 from engine.weights import load_model
@@ -39,24 +37,6 @@ def run_shapes(run_dir: Path, passes: int, seed: int = 0) -> list[tuple[str, Sha
     for p in logged[mid:mid + passes]:
         out.append((p.kind, Shape(f"pass {p.step}", tuple(zip(p.context_lens, p.new_tokens))), p.duration_s))
     return out
-
-
-def time_overlapped(runner: ModelRunner, shapes: list[Shape]) -> list[float]:
-    """Seconds of each shape, in the given order, launched as the serving loop launches them:
-    the next pass built and launched while the current one runs, one pass ahead, no lead."""
-    rng = np.random.default_rng(0)
-    vocab, size = runner.model.config.vocab_size, runner.cache.block_size
-    runner.clock.zero()
-    times, previous = [], None
-    for index, shape in enumerate(shapes + shapes[:1]):  # the last timed pass has one behind it, as served
-        plan = fake_plan(shape, size, vocab, rng)
-        launched = runner.launch(index, plan, build_host_batch(plan, size, None), None, 0.0)
-        if previous is not None:
-            _, start, end = runner.collect(previous)
-            times.append(end - start)
-        previous = launched
-    runner.collect(previous)
-    return times
 
 
 def main() -> int:
@@ -83,7 +63,8 @@ def main() -> int:
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
         by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
         columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
-    columns["as served"] = time_overlapped(runner, shapes)
+    timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
+    columns["as served"] = [r.duration_s for r in timed]
     print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}; mean ms per pass")
     print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>20}" for name in columns))
     for kind in sorted({k for k, _, _ in picked}):
