@@ -12,7 +12,8 @@ idle time between passes (which the simulator does not have), preemptions, and w
 
 Where the same run was measured again (results/continuous-repeats/: the same workload, policy and
 limits on another GPU or another day), the real runs' own spread is set beside the simulator's
-error: a simulator cannot be held closer to one real run than the engine is to itself.
+error, and the simulator is also held to the nearest of the real runs: it cannot be held closer to
+one real run than the engine is to itself.
 """
 from __future__ import annotations
 
@@ -229,25 +230,39 @@ def repeat_rows(results: Path) -> list[dict]:
     return [r for r in store.rows() if r.get("status") == "ok"] if store.rows_path.exists() else []
 
 
+def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:
+    """The runs of `repeats` that measured `row`'s setup again (two GPUs measuring side by side
+    stamp their runs with one run id: a repeat is told from the run itself by its whole row)."""
+    return [r for r in repeats if r != row and all(r.get(k) == row.get(k) for k in SETUP)]
+
+
 def repeat_spread(row: dict, repeats: list[dict]) -> tuple[int, dict]:
     """How many repeats `row` has, and per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99 the
     largest |repeat / row - 1|: how far the engine is from itself."""
-    # (two GPUs measuring side by side stamp their runs with one run id: a repeat is told from the
-    # run itself by its whole row)
-    same = [r for r in repeats if r != row and all(r.get(k) == row.get(k) for k in SETUP)]
+    same = repeats_of(row, repeats)
     spread = {(m, st): max((abs(signed(r[f"{st}_{m}_ms"], row[f"{st}_{m}_ms"])) for r in same), default=math.nan)
               for m in ("ttft", "tpot", "e2el") for st in TARGET}
     return len(same), spread
 
 
+def nearest_errors(c: "Comparison", repeats: list[dict]) -> dict:
+    """Per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99: the simulated value's error against
+    the nearest of the real runs of this setup (the run itself and its repeats)."""
+    reals = [c.row] + repeats_of(c.row, repeats)
+    return {(t["metric"], t["stat"]): min(abs(signed(t["sim_ms"], r[f"{t['stat']}_{t['metric']}_ms"])) for r in reals)
+            for t in c.table if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET}
+
+
 def targets(comparisons: list[Comparison], repeats: list[dict] = ()) -> list[dict]:
     """Per run below saturation: worst |error| of p50/p90 (target 5%) and p99 (target 10%) over
     TTFT, TPOT and E2EL; above: the queue's growth, real against simulated (target 10%). Where
-    the run has repeats: the worst real-against-real difference at p50/p90 and at p99, and whether
-    every error is within its target or within the engine's own spread at that metric and stat."""
+    the run has repeats: the worst real-against-real difference at p50/p90 and at p99, the worst
+    error against the nearest real run at each metric and stat, and whether that meets the
+    targets (the simulated value lies within its target of one of the real runs)."""
     out = []
+    repeats = list(repeats)
     for c in comparisons:
-        n, spread = repeat_spread(c.row, list(repeats))
+        n, spread = repeat_spread(c.row, repeats)
         if c.diagnosis["saturated"]:
             real_g, sim_g = c.diagnosis["queue_growth"]
             out.append({"run_id": c.run_id, "saturated": True, "queue_growth_error": signed(sim_g, real_g),
@@ -259,10 +274,12 @@ def targets(comparisons: list[Comparison], repeats: list[dict] = ()) -> list[dic
         check = {"run_id": c.run_id, "saturated": False, "worst_p50_p90": mid, "worst_p99": tail,
                  "met": mid <= 0.05 and tail <= 0.10, "repeats": n}
         if n:
+            near = nearest_errors(c, repeats)
             check["repeat_worst_p50_p90"] = max(v for (m, st), v in spread.items() if st != "p99")
             check["repeat_worst_p99"] = max(v for (m, st), v in spread.items() if st == "p99")
-            check["within_repeat_spread"] = all(abs(t["error"]) <= max(TARGET[t["stat"]], spread[t["metric"], t["stat"]])
-                                                for t in sel)
+            check["nearest_worst_p50_p90"] = max(v for (m, st), v in near.items() if st != "p99")
+            check["nearest_worst_p99"] = max(v for (m, st), v in near.items() if st == "p99")
+            check["met_by_nearest"] = check["nearest_worst_p50_p90"] <= 0.05 and check["nearest_worst_p99"] <= 0.10
         out.append(check)
     return out
 
@@ -366,18 +383,20 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
     parts = [head, f"<h1>The simulator against the real engine</h1><p>Cost model <code>{cost}</code>. Each engine "
              "run's requests replayed in the simulator with the same policy, limits, KV blocks, replicas, router and "
              "overlap. Error = simulated / real - 1.</p>"]
-    parts.append("<h2>Targets</h2><p>Where a run was measured again (repeats), the last three columns give the "
-                 "real runs' own worst difference and whether every error is within its target or within that "
-                 "spread.</p><table><tr><th>run</th><th>saturated</th><th>worst |error| p50/p90</th>"
-                 "<th>worst |error| p99</th><th>queue growth error</th><th>met</th><th>real repeats</th>"
-                 "<th>repeats' worst p50/p90</th><th>repeats' worst p99</th><th>within the repeats' spread</th></tr>")
+    parts.append("<h2>Targets</h2><p>Where a run was measured again (repeats): the real runs' own worst "
+                 "difference, the simulator's worst error against the nearest real run at each metric and "
+                 "percentile, and whether that meets the targets.</p><table><tr><th>run</th><th>saturated</th>"
+                 "<th>worst |error| p50/p90</th><th>worst |error| p99</th><th>queue growth error</th><th>met</th>"
+                 "<th>real repeats</th><th>repeats' worst p50/p90</th><th>repeats' worst p99</th>"
+                 "<th>nearest run: worst p50/p90</th><th>nearest run: worst p99</th><th>met by the nearest</th></tr>")
     for t in checks:
-        within = t.get("within_repeat_spread")
+        nearest = t.get("met_by_nearest")
         parts.append(f"<tr><td style='text-align:left'>{t['run_id']}</td><td>{t['saturated']}</td>"
                      f"<td>{pct(t.get('worst_p50_p90'))}</td><td>{pct(t.get('worst_p99'))}</td>"
                      f"<td>{pct(t.get('queue_growth_error'))}</td><td class='{'' if t['met'] else 'bad'}'>{t['met']}</td>"
                      f"<td>{t.get('repeats', 0)}</td><td>{pct(t.get('repeat_worst_p50_p90'))}</td>"
-                     f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{'' if within is None else within}</td></tr>")
+                     f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{pct(t.get('nearest_worst_p50_p90'))}</td>"
+                     f"<td>{pct(t.get('nearest_worst_p99'))}</td><td>{'' if nearest is None else nearest}</td></tr>")
     parts.append("</table>")
     if "latency-vs-rate" in pictures:
         parts.append("<h2>Latency against arrival rate</h2>" + img(pictures["latency-vs-rate"]))
