@@ -26,6 +26,7 @@
 #   replicas   two replicas, one a GPU: the Azure window at 32x and the seed workload at 200 req/s, two routers each
 #   replicas2  two replicas: the seed workload at 150 req/s (600 requests), two routers; then the 200 req/s runs of
 #              `replicas` again, into $OUT/repeats (for results/continuous-repeats)
+#   repeat150  the 150 req/s two-replica runs of `replicas2` again, into $OUT/repeats
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 R=$OUT/results
@@ -73,6 +74,9 @@ for part in "$@"; do
       run 150 $serve --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding
       run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
       python3 benchmarks/pass_stalls.py $R/continuous/*x2* $OUT/repeats/continuous/*x2* ;;
+    repeat150)
+      unset CUDA_VISIBLE_DEVICES
+      run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding ;;
     *) echo "unknown part $part" ;;
   esac
 done
