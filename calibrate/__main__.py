@@ -106,7 +106,7 @@ def sweep_main(argv: list[str]) -> int:
 
 def fit_main(argv: list[str]) -> int:
     from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
-                               mape, roofline_prior_error, skeleton, waves_of)
+                               mape, roofline_prior_error, skeleton, sweep_range, waves_of)
     import numpy as np
 
     from calibrate.heat import fit_with_heat
@@ -151,6 +151,7 @@ def fit_main(argv: list[str]) -> int:
         base = skeleton(meta, c, row["graph_buckets"] or [], row.get("token_buckets") or [],
                         row.get("decode_attention") or engine_slicing(),
                         row.get("chunk_attention") or engine_chunk_tiles(model), waves_of(row))
+        base["range"] = sweep_range(passes)
         shape = CalibratedCost(base | {"parameters": placeholder(base)})
         split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
@@ -205,7 +206,9 @@ def fit_main(argv: list[str]) -> int:
               ", ".join(f"{p['regime']} {p['signed_median']:+.0%} (MAPE {p['mape']:.0%})" for p in prior))
     for r in doc["replays"]:
         print(f"replay {r['run_id']}: pass-time MAPE {r['pass_mape']:.2%}, total busy time {r['busy_error']:+.2%}"
-              + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else ""))
+              + (f", ITL {r['itl_error']:+.2%}, TTFT {r['ttft_error']:+.2%}" if r.get("itl_error") is not None else "")
+              + ("".join(f"; {n:,} pass{'' if n == 1 else 'es'} beyond the sweep's {k}" for k, n in r["extrapolated"].items())
+                 if r.get("extrapolated") else ""))
     if not args.no_charts:
         from calibrate.charts import residual_charts
         for path in residual_charts(passes, predicted_train, split, store.root, name):

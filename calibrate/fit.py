@@ -48,6 +48,15 @@ def constants(model: ModelConfig, dtype_bytes: int = 2) -> dict:
             "kv_bytes_per_token": model.kv_bytes_per_token(dtype_bytes)}
 
 
+def sweep_range(passes: list[PassRecord]) -> dict:
+    """The largest shapes the sweep timed: tokens in one pass, sequences in one decode pass,
+    positions of one sequence (context and new tokens). The simulator counts the passes it prices
+    beyond them (`sim.calibrated.CalibratedCost.extrapolated`)."""
+    return {"pass_tokens": max(sum(p.new_tokens) for p in passes),
+            "decode_batch": max((len(p.new_tokens) for p in passes if p.kind == "decode"), default=0),
+            "context": max(c + n for p in passes for c, n in zip(p.context_lens, p.new_tokens))}
+
+
 def group_of(p: PassRecord) -> str:
     """The shape group a pass belongs to (the held-out split is by group)."""
     n, c = p.new_tokens, p.context_lens

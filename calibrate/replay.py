@@ -46,6 +46,8 @@ def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
 
 def replay(row: dict, passes: list, cost, closed: bool) -> dict:
     measured = np.array([p.duration_s for p in passes])
+    if hasattr(cost, "extrapolated"):  # (count this run's passes beyond the sweep's shapes alone)
+        cost.extrapolated.clear()
     predicted = np.array(logged_times(cost, passes))
     result = {"run_id": row["run_id"], "passes": len(passes), "pass_mape": float(np.mean(np.abs(predicted / measured - 1))),
               "busy_error": float(predicted.sum() / measured.sum() - 1)}
@@ -65,4 +67,6 @@ def replay(row: dict, passes: list, cost, closed: bool) -> dict:
         itl_meas = np.diff(ends_meas).mean() if len(passes) > 1 else np.nan
         result["itl_error"] = float(itl_pred / itl_meas - 1)
         result.update({k: row.get(k) for k in ("prompt", "batch_size")})
+    if getattr(cost, "extrapolated", None):
+        result["extrapolated"] = {k: n for k, (n, _) in cost.extrapolated.items()}
     return result

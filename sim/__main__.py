@@ -112,6 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if spec.prefix_caching:
                 print(f"prefix cache: {result.prefix_hit_tokens:,} prompt tokens hit "
                       f"({result.prefix_hit_tokens / max(1, metrics.total_input_tokens):.1%} of all prompt tokens)")
+            if result.extrapolated:
+                print(f"note: {result.extrapolated}", file=sys.stderr)
     if args.replications > 1:
         print(format_replications(summarize_replications(rows), args.replications))
     if args.out is not None:

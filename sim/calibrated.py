@@ -77,6 +77,10 @@ ends, no barrier between them): `shared`, fitted, is the share of a lone wave's 
 Two optional fields are not a pass's own cost and are applied by the simulator's replica:
 "host" (`sim.host`: the engine's host time around passes it plans on an idle GPU, and when the
 next plan sees arrivals) and "heat" (`sim.heat`: how much recent prompt work slows a pass).
+A third, "range", holds the largest shapes the sweep timed (tokens in a pass, sequences in a
+decode pass, positions of a sequence): the model prices passes beyond them as well, by the same
+formulas, and counts them (`extrapolated`, `extrapolation()`), so that a run can say its figures
+rest on extrapolation.
 """
 from __future__ import annotations
 
@@ -109,6 +113,7 @@ DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
 DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s")
 PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
+RANGE = ("pass_tokens", "decode_batch", "context")  # the sweep's largest shapes (`calibrate.fit.sweep_range`)
 
 
 def bucket(n: int, buckets: Sequence[int]) -> int:
@@ -160,6 +165,9 @@ class CalibratedCost:
         self.graph_s = {self._whole(k, "parameters.decode.graph_s"): self._number(v, f"decode.graph_s.{k}")
                         for k, v in graph.items()}
         self.pp = self._values(p, "prefill", PREFILL)
+        # optional: the largest shapes the sweep timed; passes priced beyond them are counted
+        self.range = {k: self._whole(v, f"range.{k}") for k, v in (d.get("range") or {}).items() if k in RANGE}
+        self.extrapolated: dict[str, list[int]] = {}  # limit -> [passes beyond it, the largest value]
         self.host = HostTime.from_dict(d.get("host"), source)  # optional: the engine's host time (sim.host)
         self.heat = Heat.from_dict(d.get("heat"), source)  # optional: decode slowed by recent prompt work (sim.heat)
 
@@ -287,15 +295,40 @@ class CalibratedCost:
     def _rate(amount: float, per: float, rate: float, scale: float) -> float:
         return amount * per / (rate * scale) if rate else 0.0
 
+    def _beyond(self, limit: str, value: int) -> None:
+        """Count a pass priced past the sweep's largest `limit` (a dict lookup when within)."""
+        if value > self.range.get(limit, value):
+            seen = self.extrapolated.setdefault(limit, [0, 0])
+            seen[0] += 1
+            seen[1] = max(seen[1], value)
+
+    def extrapolation(self) -> str | None:
+        """What was priced beyond the sweep's shapes since this model was loaded, in a sentence
+        (None: nothing)."""
+        if not self.extrapolated:
+            return None
+        names = {"pass_tokens": "tokens in a pass", "decode_batch": "sequences in a decode pass",
+                 "context": "positions of a sequence"}
+        return "; ".join(f"{n:,} pass{'' if n == 1 else 'es'} beyond the calibration sweep's {self.range[k]:,} "
+                         f"{names[k]} (up to {top:,})" for k, (n, top) in self.extrapolated.items()) + \
+            ": their times are extrapolated"
+
     def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
         r = regime(new_tokens)
         S = len(new_tokens)
         if r == "decode1":
+            self._beyond("context", context_lens[0] + 1)
             return self._decode1(context_lens[0] + 1)
         if r == "decode":
-            return self._decode(S, sum(context_lens), max(context_lens))
+            longest = max(context_lens)
+            self._beyond("decode_batch", S)
+            self._beyond("context", longest + 1)
+            return self._decode(S, sum(context_lens), longest)
         p = self.pp
-        m = bucket(sum(new_tokens), self.token_buckets)
+        tokens = sum(new_tokens)
+        self._beyond("pass_tokens", tokens)
+        self._beyond("context", max(c + n for c, n in zip(context_lens, new_tokens)))
+        m = bucket(tokens, self.token_buckets)
         weights = self._rate(self.weight_bytes, 1.0, p["weight_gbs"], 1e9)
         projections = self._rate(m, self.flops_per_token, p["matmul_tflops"], 1e12)
         return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
@@ -326,6 +359,8 @@ class CalibratedCost:
         kv_heads * S / sl a pass) and the next change of a max()'s argument (the crossing of
         two lines), at most LINE_MAX passes."""
         S = batch_size
+        self._beyond("decode_batch", S)  # (the run's first pass: its contexts grow from there)
+        self._beyond("context", (context_max if context_max is not None else context_sum // S) + 1)
         if S == 1:  # linear in its region
             L = (context_max if context_max is not None else context_sum) + 1
             valid = self._region_end(L, self.kv_heads >= self.fills_gpu)

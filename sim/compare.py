@@ -152,6 +152,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
         "preemptions": [real_m.preemptions, sim_m.preemptions],
         "saturated": saturated(row),
         "queue_growth": [queue_growth(real), queue_growth(result.requests)],
+        "extrapolated": result.extrapolated,
         "requests_per_replica": [list(np.bincount([r.replica for r in real], minlength=row.get("replicas") or 1)),
                                  list(np.bincount([r.replica for r in result.requests],
                                                   minlength=row.get("replicas") or 1))],
@@ -178,6 +179,8 @@ def verdict(table: list[dict], d: dict) -> str:
         parts.append(f"TTFT's {ttft:+.1%} beyond the pass cost is queueing and admission order")
     if abs(tpot - d["pass_cost_error"]) <= 0.03:
         parts.append("TPOT follows the pass cost")
+    if d.get("extrapolated"):
+        parts.append(f"the simulation priced {d['extrapolated']}")
     return "; ".join(parts)
 
 

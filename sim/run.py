@@ -56,6 +56,7 @@ class SimResult:
     peak_kv_blocks: list[int] = field(default_factory=list)  # per replica
     num_steps: int = 0  # simulation steps: passes run one by one plus fast-forwarded runs
     prefix_hit_tokens: int = 0  # prompt tokens found in a prefix cache, not computed
+    extrapolated: str | None = None  # passes the cost model priced beyond its calibration's shapes, in a sentence
     _records: list[RequestRecord] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -126,6 +127,8 @@ def simulate(trace: Trace | Iterable[Trace], make_scheduler: Callable[[], Schedu
         first = next(stream, None)
         chunks, capacity = (itertools.chain([first], stream) if first is not None else ()), 1024
     wall = time.perf_counter()
+    if hasattr(cost, "extrapolated"):  # (a calibrated model counts what this run prices beyond its sweep)
+        cost.extrapolated.clear()
     env = simpy.Environment()
     log: list[PassRecord] | None = [] if log_passes else None
     rows = TableBuilder(run_id, keep_token_times, ids=first is not None and first.request_id is not None,
@@ -169,4 +172,5 @@ def simulate(trace: Trace | Iterable[Trace], make_scheduler: Callable[[], Schedu
                      num_passes=sum(r.num_passes for r in members), wall_s=time.perf_counter() - wall, end_s=end_s,
                      peak_kv_blocks=[r.scheduler.kv.peak_used for r in members],
                      num_steps=sum(r.num_steps for r in members),
-                     prefix_hit_tokens=sum(getattr(r.scheduler.kv, "hit_tokens", 0) for r in members))
+                     prefix_hit_tokens=sum(getattr(r.scheduler.kv, "hit_tokens", 0) for r in members),
+                     extrapolated=cost.extrapolation() if hasattr(cost, "extrapolation") else None)
