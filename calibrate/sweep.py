@@ -48,8 +48,9 @@ def log_contexts(rng: random.Random, n: int, low: int, high: int) -> list[int]:
 
 
 def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_held: int = 2_000_000,
-                   seed: int = 0) -> list[Shape]:
-    """The sweep's grid (a few hundred shapes): decode, prefill, mixed."""
+                   seed: int = 0, max_pass_tokens: int = 262_144) -> list[Shape]:
+    """The sweep's grid (a few hundred shapes): decode, prefill, mixed; passes of up to
+    `max_pass_tokens` tokens."""
     rng = random.Random(seed)
     shapes = []
     sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200, 300, 600, 1000}
@@ -84,6 +85,14 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
         while sum(lengths) > 32768:
             lengths.pop()
         shapes.append(Shape(f"prompts {len(lengths)} mixed", tuple((0, n) for n in lengths)))
+    # closed batches put every prompt in one pass (`engine bench`): past max_num_batched_tokens, up
+    # to the seed's five prompts in turn at batch 192 (about 210,000 tokens)
+    for count, n in ((128, 512), (256, 256), (512, 256), (64, 4096)):
+        if n <= max_context and count * n <= max_pass_tokens:
+            shapes.append(Shape(f"prompts {count}x{n}", tuple((0, n) for _ in range(count))))
+    mix = tuple((0, SEED_PROMPTS[i % len(SEED_PROMPTS)]) for i in range(192))
+    if max(n for _, n in mix) <= max_context and sum(n for _, n in mix) <= max_pass_tokens:
+        shapes.append(Shape("prompts mix x192", mix))
     for n in (128, 512, 1024, 2048):
         for b in (1, 8, 32, 64, 128, 256):
             if b <= max_batch and n > b and n - b <= max_context:

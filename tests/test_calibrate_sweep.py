@@ -60,3 +60,10 @@ def test_an_unknown_way_of_launching_is_refused():
     runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
     with pytest.raises(ValueError, match="windows or served"):
         run_sweep(runner, [Shape("s", ((8, 1),))], launch="batched")
+
+
+def test_the_grid_has_closed_batches_single_passes_up_to_its_token_limit():
+    passes = {s.group: sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384)}
+    assert passes["prompts mix x192"] == 192 // 5 * sum((16, 64, 256, 1024, 4096)) + 16 + 64  # the seed's five in turn
+    assert max(passes.values()) == 262_144
+    assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=65_536)) == 65_536
