@@ -13,6 +13,7 @@
 #              as above on the same GPU: tells a harness effect from a machine's or a day's
 #   layout     benchmarks/block_layout.py: pass times with KV blocks end to end against scattered over the cache
 #   sweep      the calibration sweep
+#   sweeplarge the calibration sweep with closed batches' single prompt passes of up to 262,144 tokens
 #   sweepserved  the calibration sweep with its timed passes launched as the serving loop launches them (--launch served)
 #   closed     the continuous engine's closed runs: p256 at batch 1 to 256, then p16, p64, p1024, p4096 at batch 1
 #   seed       the seed's open workload at 1..60 req/s, then 120..480 req/s, both policies
@@ -43,6 +44,7 @@ for part in "$@"; do
     tests) run 300 python3 -m pytest tests/test_kernels.py tests/test_gpu.py -q -p no:cacheprovider ;;
     profile) run 300 python3 benchmarks/profile_paged_decode.py --json $R/profile_paged_decode.json ;;
     sweep) run 300 python3 -m calibrate sweep --out $R ;;
+    sweeplarge) run 300 python3 -m calibrate sweep --max-pass-tokens 262144 --out $R ;;
     sweepserved) run 300 python3 -m calibrate sweep --launch served --out $R ;;
     layout) run 300 python3 benchmarks/block_layout.py --json $R/block_layout.json ;;
     replay) run 300 python3 benchmarks/replay_shapes.py results/continuous-repeats/seed-r30-continuous-20261130T030124 --passes 600 ;;

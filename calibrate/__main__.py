@@ -44,6 +44,9 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--kernels", choices=("triton", "eager"), default=None)
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0)
+    p.add_argument("--max-pass-tokens", type=number(int, low=16), default=32768,
+                   help="largest pass of the grid, in tokens (default 32768, the engine's max_num_batched_tokens; "
+                        "262144 adds closed batches' single prompt passes)")
     p.add_argument("--launch", choices=("windows", "served"), default="windows",
                    help="timed passes launched 16 at a time behind a short lead, each window built first "
                         "(windows, default), or each built and launched while the one before it runs, as the "
@@ -73,7 +76,8 @@ def sweep_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(source, dtype, device, seed=args.seed)
-        shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000, seed=args.seed)
+        shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000, seed=args.seed,
+                                max_pass_tokens=args.max_pass_tokens)
         blocks = max(blocks_needed(s, args.block_size) for s in shapes)
         cache = PagedKVCache(model.config, blocks, args.block_size, dtype, device)
         runner = ModelRunner(model, cache, max_batch, kernels, graphs)
@@ -92,7 +96,7 @@ def sweep_main(argv: list[str]) -> int:
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
     row = {"run_id": run_id, "engine": "continuous", "kind": "sweep", "shapes": len(shapes), "repeats": args.repeats,
-           "passes": len(passes), "launch": args.launch, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
+           "passes": len(passes), "launch": args.launch, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,

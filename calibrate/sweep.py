@@ -48,9 +48,10 @@ def log_contexts(rng: random.Random, n: int, low: int, high: int) -> list[int]:
 
 
 def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_held: int = 2_000_000,
-                   seed: int = 0, max_pass_tokens: int = 262_144) -> list[Shape]:
+                   seed: int = 0, max_pass_tokens: int = 32_768) -> list[Shape]:
     """The sweep's grid (a few hundred shapes): decode, prefill, mixed; passes of up to
-    `max_pass_tokens` tokens."""
+    `max_pass_tokens` tokens (32,768, the engine's default max_num_batched_tokens: closed batches'
+    single prompt passes of up to 262,144 tokens join with more)."""
     rng = random.Random(seed)
     shapes = []
     sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200, 300, 600, 1000}

@@ -63,7 +63,8 @@ def test_an_unknown_way_of_launching_is_refused():
 
 
 def test_the_grid_has_closed_batches_single_passes_up_to_its_token_limit():
-    passes = {s.group: sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384)}
+    passes = {s.group: sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=262_144)}
     assert passes["prompts mix x192"] == 192 // 5 * sum((16, 64, 256, 1024, 4096)) + 16 + 64  # the seed's five in turn
     assert max(passes.values()) == 262_144
     assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=65_536)) == 65_536
+    assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384)) == 32_768  # the default
