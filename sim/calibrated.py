@@ -303,8 +303,8 @@ class CalibratedCost:
             seen[1] = max(seen[1], value)
 
     def extrapolation(self) -> str | None:
-        """What was priced beyond the sweep's shapes since this model was loaded, in a sentence
-        (None: nothing)."""
+        """What was priced beyond the sweep's shapes since `extrapolated` was last cleared (each
+        simulation clears it as it starts), in a sentence (None: nothing)."""
         if not self.extrapolated:
             return None
         names = {"pass_tokens": "tokens in a pass", "decode_batch": "sequences in a decode pass",
