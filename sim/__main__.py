@@ -272,12 +272,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
         p.add_argument("--modal", action="store_true",
                        help="run the points on Modal (modal_app.py simulate_point, .map) instead of local processes")
-    cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)")
-    cmp.add_argument("--results", type=Path, default=REPO / "results", help="where the engine's runs are")
+    cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)",
+                         description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
+                                     "policy, limits, replicas) and write the error table, the targets and a report "
+                                     "page; runs measured again under RESULTS/continuous-repeats give each run the "
+                                     "engine's own spread and the error against the real runs' range.")
+    cmp.add_argument("--results", type=Path, default=REPO / "results",
+                     help="where the engine's runs are (continuous/, and continuous-repeats/ if present)")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None, help="report directory (default RESULTS/validation)")
-    cmp.add_argument("--no-charts", action="store_true")
+    cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
