@@ -204,7 +204,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from sim.compare import REPEATS, charts, error_rows, repeat_rows, report_page, run_compare, select_runs, targets
 
-    out = args.out or args.results / "validation"
+    # a subset of the runs never replaces the whole report: --only writes under out/ unless told where
+    out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
     select_runs(args.results, only=args.only)  # none to compare: the error before the progress bar
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
         def progress(i, n):
@@ -281,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="where the engine's runs are (continuous/, and continuous-repeats/ if present)")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
-    cmp.add_argument("--out", type=Path, default=None, help="report directory (default RESULTS/validation)")
+    cmp.add_argument("--out", type=Path, default=None,
+                     help="report directory (default RESULTS/validation; with --only, out/validation)")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")

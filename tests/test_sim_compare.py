@@ -130,3 +130,14 @@ def test_repeat_spread_is_the_worst_real_against_real_difference(comparison):
     far = repeat_of(as_simulated, {("tpot", "p99"): 1.2}, "far")
     (check,) = targets([comparison], [far])
     assert check["range_worst_p99"] == pytest.approx(1 - 1 / 1.2) and check["met_against_range"] is False
+
+
+def test_a_subset_of_the_runs_does_not_replace_the_report(tmp_path, monkeypatch):
+    import sim.__main__ as cli
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    monkeypatch.setattr(cli, "REPO", tmp_path / "repo")
+    assert sim_main(["compare", "--results", str(results), "--cost", f"constant:{COST}", "--only", "trace",
+                     "--no-charts"]) == 0
+    assert not (results / "validation").exists()
+    assert (tmp_path / "repo" / "out" / "validation" / "targets.csv").exists()
