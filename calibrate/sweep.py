@@ -165,6 +165,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
         windows += [([lead] + timed[i:i + window], True) for i in range(0, len(timed), window)]
     total = len(shapes) * (repeats + 1)
     vocab = runner.model.config.vocab_size
+    scatter_over = cache.num_blocks if scatter else 0
     records: list[PassRecord] = []
     done = index = 0
 
@@ -180,7 +181,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
         if progress is not None and launch == "served" and done % 64 == 0:
             progress(done, total)
     for batch, timing in windows:
-        built = [fake_plan(shape, cache.block_size, vocab, rng, cache.num_blocks if scatter else 0) for shape in batch]
+        built = [fake_plan(shape, cache.block_size, vocab, rng, scatter_over) for shape in batch]
         hosts = [build_host_batch(plan, cache.block_size, None) for plan in built]
         launched = []
         for plan, host in zip(built, hosts):
@@ -200,7 +201,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     if launch == "served":  # the lead first, a last one after so that the last timed pass has a successor
         previous = None
         for i, shape in enumerate([lead] + timed + [lead]):
-            plan = fake_plan(shape, cache.block_size, vocab, rng, cache.num_blocks if scatter else 0)
+            plan = fake_plan(shape, cache.block_size, vocab, rng, scatter_over)
             following = runner.launch(index, plan, build_host_batch(plan, cache.block_size, None), None, 0.0)
             index += 1
             if i == 1:

@@ -239,20 +239,18 @@ def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:
     return [r for r in repeats if r != row and all(r.get(k) == row.get(k) for k in SETUP)]
 
 
-def repeat_spread(row: dict, repeats: list[dict]) -> tuple[int, dict]:
-    """How many repeats `row` has, and per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99 the
-    largest |repeat / row - 1|: how far the engine is from itself."""
-    same = repeats_of(row, repeats)
-    spread = {(m, st): max((abs(signed(r[f"{st}_{m}_ms"], row[f"{st}_{m}_ms"])) for r in same), default=math.nan)
-              for m in ("ttft", "tpot", "e2el") for st in TARGET}
-    return len(same), spread
+def repeat_spread(row: dict, same: list[dict]) -> dict:
+    """Per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99 the largest |repeat / row - 1| over
+    `row`'s repeats `same` (`repeats_of`): how far the engine is from itself."""
+    return {(m, st): max((abs(signed(r[f"{st}_{m}_ms"], row[f"{st}_{m}_ms"])) for r in same), default=math.nan)
+            for m in ("ttft", "tpot", "e2el") for st in TARGET}
 
 
-def range_errors(c: "Comparison", repeats: list[dict]) -> dict:
+def range_errors(c: "Comparison", same: list[dict]) -> dict:
     """Per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99: the simulated value's error against
-    the range of the real runs of this setup (the run itself and its repeats): 0 inside it, else
-    against its nearer end."""
-    reals = [c.row] + repeats_of(c.row, repeats)
+    the range of the real runs of this setup (the run itself and its repeats `same`): 0 inside it,
+    else against its nearer end."""
+    reals = [c.row] + same
     out = {}
     for t in c.table:
         if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET:
@@ -269,27 +267,30 @@ def targets(comparisons: list[Comparison], repeats: list[dict] = ()) -> list[dic
     the run has repeats: the worst real-against-real difference at p50/p90 and at p99, the worst
     error against the real runs' range at each metric and stat (0 where the simulated value lies
     between real runs), and whether that meets the targets."""
+    def worst(errors: dict) -> tuple[float, float]:  # (p50/p90, p99) of {(metric, stat): |error|}
+        return (max(v for (_, st), v in errors.items() if st != "p99"),
+                max(v for (_, st), v in errors.items() if st == "p99"))
+
+    def within(mid: float, tail: float) -> bool:
+        return mid <= TARGET["p50"] and tail <= TARGET["p99"]
+
     out = []
     repeats = list(repeats)
     for c in comparisons:
-        n, spread = repeat_spread(c.row, repeats)
+        same = repeats_of(c.row, repeats)
         if c.diagnosis["saturated"]:
             real_g, sim_g = c.diagnosis["queue_growth"]
             out.append({"run_id": c.run_id, "saturated": True, "queue_growth_error": signed(sim_g, real_g),
-                        "met": abs(signed(sim_g, real_g)) <= 0.10, "repeats": n})
+                        "met": abs(signed(sim_g, real_g)) <= 0.10, "repeats": len(same)})
             continue
-        sel = [t for t in c.table if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET]
-        mid = max(abs(t["error"]) for t in sel if t["stat"] in ("p50", "p90"))
-        tail = max(abs(t["error"]) for t in sel if t["stat"] == "p99")
+        mid, tail = worst({(t["metric"], t["stat"]): abs(t["error"]) for t in c.table
+                           if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET})
         check = {"run_id": c.run_id, "saturated": False, "worst_p50_p90": mid, "worst_p99": tail,
-                 "met": mid <= 0.05 and tail <= 0.10, "repeats": n}
-        if n:
-            against = range_errors(c, repeats)
-            check["repeat_worst_p50_p90"] = max(v for (m, st), v in spread.items() if st != "p99")
-            check["repeat_worst_p99"] = max(v for (m, st), v in spread.items() if st == "p99")
-            check["range_worst_p50_p90"] = max(v for (m, st), v in against.items() if st != "p99")
-            check["range_worst_p99"] = max(v for (m, st), v in against.items() if st == "p99")
-            check["met_against_range"] = check["range_worst_p50_p90"] <= 0.05 and check["range_worst_p99"] <= 0.10
+                 "met": within(mid, tail), "repeats": len(same)}
+        if same:
+            check["repeat_worst_p50_p90"], check["repeat_worst_p99"] = worst(repeat_spread(c.row, same))
+            check["range_worst_p50_p90"], check["range_worst_p99"] = worst(range_errors(c, same))
+            check["met_against_range"] = within(check["range_worst_p50_p90"], check["range_worst_p99"])
         out.append(check)
     return out
 

@@ -103,9 +103,10 @@ def test_repeat_spread_is_the_worst_real_against_real_difference(comparison):
     repeats = [repeat_of(row, {("ttft", "p50"): 1.2}, "again-1"), repeat_of(row, {("ttft", "p50"): 0.7}, "again-2"),
                repeat_of(row | {"policy": "chunked"}, {("ttft", "p50"): 3.0}, "another-policy"), row,
                repeat_of(row, {("ttft", "p99"): 1.1}, row["run_id"])]  # another GPU's run can have the same id
-    from sim.compare import repeat_spread
-    count, spread = repeat_spread(row, repeats)
-    assert count == 3  # not the other policy's run, not the run itself
+    from sim.compare import repeat_spread, repeats_of
+    same = repeats_of(row, repeats)
+    assert len(same) == 3  # not the other policy's run, not the run itself
+    spread = repeat_spread(row, same)
     assert spread["ttft", "p50"] == pytest.approx(0.3)
     assert spread["tpot", "p99"] == 0.0
     (check,) = targets([comparison], repeats)
