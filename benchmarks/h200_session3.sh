@@ -28,6 +28,12 @@
 #   replicas2  two replicas: the seed workload at 150 req/s (600 requests), two routers; then the 200 req/s runs of
 #              `replicas` again, into $OUT/repeats (for results/continuous-repeats)
 #   repeat150  the 150 req/s two-replica runs of `replicas2` again, into $OUT/repeats
+#   heat       benchmarks/heat_response.py: designed sequences of prompt and decode passes after rests, with
+#              nvidia-smi's clocks beside them, into $OUT/heat
+#   closed5    the `closed` runs with the seed's protocol (2 warm-ups, 5 recorded runs), and the five-prompt mix
+#              at batch 192, into $OUT/closed5
+#   repeatseed the seed workload with continuous batching at 60 req/s (50 requests) and 120 req/s (400 requests)
+#              again, into $OUT/repeats
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 R=$OUT/results
@@ -79,6 +85,15 @@ for part in "$@"; do
     repeat150)
       unset CUDA_VISIBLE_DEVICES
       run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding ;;
+    heat) run 300 python3 benchmarks/heat_response.py --out $OUT/heat ;;
+    closed5)
+      bench="python3 -m engine bench --engine continuous --warmup 2 --runs 5 --out $OUT/closed5"
+      run 300 $bench --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256
+      run 200 $bench --prompts p16,p64,p1024,p4096
+      run 100 $bench --prompts mix --batch-size 192 ;;
+    repeatseed)
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 60 --requests 50 --policy continuous
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 120 --requests 400 --policy continuous ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -130,7 +130,7 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
               progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0,
-              shuffled: bool = True, launch: str = "windows") -> list[PassRecord]:
+              shuffled: bool = True, launch: str = "windows", warm_up: bool = True) -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
@@ -140,7 +140,8 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     includes the graph's launch: 0.1-0.4 ms more on the H200's host). With `launch="served"` the
     timed rounds run instead as the serving loop runs passes: each built and launched while the one
     before it runs, one ahead, with no pause between windows (where a busy GPU runs its passes
-    slower, the sweep sees it too)."""
+    slower, the sweep sees it too). `warm_up=False` skips the untimed pass of every shape (for
+    shapes the runner has run before: `benchmarks/heat_response.py` times designed sequences)."""
     if launch not in ("windows", "served"):
         raise ValueError(f"launch {launch!r}: windows or served")
     cache = runner.cache
@@ -160,7 +161,7 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
             shuffle(order)
         timed += order
     lead = Shape("lead", ((16, 1),))  # one short decode: the pass that waits for the host
-    windows = [(order[i:i + window], False) for i in range(0, len(order), window)]
+    windows = [(order[i:i + window], False) for i in range(0, len(order), window)] if warm_up else []
     if launch == "windows":
         windows += [([lead] + timed[i:i + window], True) for i in range(0, len(timed), window)]
     total = len(shapes) * (repeats + 1)
