@@ -8,7 +8,7 @@
 
 Each runs the same code as the local command line on an A10G (the seed's card): `main` is
 `python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
-continuous engine), `calibrate` is `python -m calibrate sweep` followed, on your machine, by
+continuous engine), `calibrate` is `python -m calibrate sweep` and `heat` followed, on your machine, by
 `python -m calibrate fit` on the pulled-back sweep. The function writes under a directory per
 invocation on the Modal volume `llm-serving-sim-results`; the local entrypoint pulls that
 directory back and adds its runs to `results/<engine>/` (never overwriting a run).
@@ -40,13 +40,13 @@ image = (
     .add_local_dir(REPO / "traces", "/root/traces")
     .add_local_dir(REPO / "calibrate", "/root/calibrate")
 )
-COMMANDS = ("bench", "serve-trace", "sweep")  # what the GPU function can run
+COMMANDS = ("bench", "serve-trace", "sweep", "heat")  # what the GPU function can run
 volume = modal.Volume.from_name("llm-serving-sim-results", create_if_missing=True)
 
 
 def command_body(command: str, argv: list[str], results_root: str | Path, git_commit: str | None = None) -> str:
     """What the Modal function does, runnable anywhere: one of the local command lines
-    (`python -m engine bench`, `python -m engine serve-trace`, `python -m calibrate sweep`),
+    (`python -m engine bench`, `python -m engine serve-trace`, `python -m calibrate sweep|heat`),
     writing under `results_root/<invocation stamp>/<engine>/`. Returns the stamp."""
     if command == "bench":
         from engine.bench import main as run
@@ -54,6 +54,8 @@ def command_body(command: str, argv: list[str], results_root: str | Path, git_co
         from engine.serve import main as run
     elif command == "sweep":
         from calibrate.__main__ import sweep_main as run
+    elif command == "heat":
+        from calibrate.__main__ import heat_main as run
     else:
         raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
     if git_commit:  # the container has the code but not its .git
@@ -166,8 +168,10 @@ def arrivals(rates: str = "1,3,5,7", requests: int = 50, policy: str = "continuo
 
 @app.local_entrypoint()
 def calibrate(model: str = "qwen2.5-1.5b", repeats: int = 3):
-    """Time the pass-shape sweep on Modal's GPU, then fit the cost model here on what came back."""
+    """Time the pass-shape sweep and the heat run on Modal's GPU, then fit the cost model here on
+    what came back."""
     from calibrate.__main__ import fit_main
 
     _run_and_pull("sweep", ["--model", model, "--repeats", str(repeats)])
+    _run_and_pull("heat", ["--model", model])
     fit_main(["--results", str(REPO / "results"), "--gpu", "a10g"])

@@ -28,8 +28,8 @@
 #   replicas2  two replicas: the seed workload at 150 req/s (600 requests), two routers; then the 200 req/s runs of
 #              `replicas` again, into $OUT/repeats (for results/continuous-repeats)
 #   repeat150  the 150 req/s two-replica runs of `replicas2` again, into $OUT/repeats
-#   heat       benchmarks/heat_response.py: designed sequences of prompt and decode passes after rests, with
-#              nvidia-smi's clocks beside them, into $OUT/heat
+#   heat       `python -m calibrate heat`: designed sequences of prompt and decode passes after rests, with
+#              nvidia-smi's clocks beside them (at 624c194 this was benchmarks/heat_response.py, into $OUT/heat)
 #   closed5    the `closed` runs with the seed's protocol (2 warm-ups, 5 recorded runs), and the five-prompt mix
 #              at batch 192, into $OUT/closed5
 #   repeatseed the seed workload with continuous batching at 60 req/s (50 requests) and 120 req/s (400 requests)
@@ -85,7 +85,7 @@ for part in "$@"; do
     repeat150)
       unset CUDA_VISIBLE_DEVICES
       run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding ;;
-    heat) run 300 python3 benchmarks/heat_response.py --out $OUT/heat ;;
+    heat) run 300 python3 -m calibrate heat --out $R ;;
     closed5)
       bench="python3 -m engine bench --engine continuous --warmup 2 --runs 5 --out $OUT/closed5"
       run 300 $bench --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256

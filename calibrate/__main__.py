@@ -1,13 +1,15 @@
-"""`python -m calibrate sweep|fit`: time the engine's passes, fit the simulator's cost model.
+"""`python -m calibrate sweep|heat|fit`: time the engine's passes, fit the simulator's cost model.
 
     python -m calibrate sweep                       # on a GPU: a few hundred shapes, ~1 minute
+    python -m calibrate heat                        # on a GPU: prompt work's slow-down, by design, ~2 minutes
     python -m calibrate fit --name h200             # results/calibration/h200.json + error report
 
-`sweep` writes its passes as a run under OUT/calibration/ (default results/ on a GPU,
-out/results/ on a CPU); `fit` reads the latest sweep there (or --sweep RUN_ID), fits on part of
-the shape grid, reports the error on the rest, fits again on all of it, replays the open runs'
-pass logs (results/continuous) through the model, and writes NAME.json, NAME-errors.csv and the
-residual charts beside the sweep.
+`sweep` and `heat` write their passes as runs under OUT/calibration/ (default results/ on a GPU,
+out/results/ on a CPU); `fit` reads the latest sweep there (or --sweep RUN_ID) and the latest heat
+run of the same GPU and model if there is one (the heat model is fitted on it, else on the
+sweep's own pass stream), fits on part of the shape grid, reports the error on the rest, fits
+again on all of it, replays the open runs' pass logs (results/continuous) through the model, and
+writes NAME.json, NAME-errors.csv and the residual charts beside the sweep.
 """
 from __future__ import annotations
 
@@ -108,12 +110,77 @@ def sweep_main(argv: list[str]) -> int:
     return 0
 
 
+def heat_main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="python -m calibrate heat",
+                       description="Time designed sequences of prompt and decode passes after rests (calibrate/response.py): "
+                                   "how fast prompt work slows the GPU and how fast it recovers, for the heat model.")
+    p.add_argument("--model", default=None, help="preset or checkpoint (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--repeats", type=number(int, low=1), default=3, help="rounds over the sequences (default 3)")
+    p.add_argument("--rest", type=number(float, low=0.0), default=1.5,
+                   help="seconds idle before each sequence (default 1.5)")
+    p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
+    try:
+        args = p.parse_args(argv)
+        import os
+
+        from calibrate.response import CPU_SHAPES, measure, segments, telemetry
+        from calibrate.sweep import blocks_needed, run_sweep
+        from engine.continuous import ModelRunner
+        from engine.paged import PagedKVCache
+        from engine.provenance import provenance, resolve_device
+        from engine.weights import load_model, parse_dtype
+
+        device = resolve_device(args.device)
+        gpu = device.type == "cuda"
+        out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
+        check_writable_dir(out)
+        model, weights = load_model(args.model or ("qwen2.5-1.5b" if gpu else "tiny"), parse_dtype(args.dtype), device)
+        plan = segments() if gpu else segments(0.02, **CPU_SHAPES)  # a CPU run is a smoke run: short, small
+        shapes = sorted({s for _, seg in plan for s in seg}, key=lambda s: s.group)
+        cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, parse_dtype(args.dtype), device)
+        runner = ModelRunner(model, cache, max(len(s.seqs) for s in shapes), "triton" if gpu else "eager", graphs=gpu)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    store = RunStore(out / "calibration")
+    run_id = "heat-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    run_sweep(runner, shapes, repeats=1, run_id="warm-up", launch="served")  # compiles, captures graphs; untimed
+    tmp = store.root / f".{run_id}.telemetry.csv"
+    store.root.mkdir(parents=True, exist_ok=True)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] or str(device.index or 0)
+    smi = telemetry(tmp, visible) if gpu else None
+    wall = time.perf_counter()
+    try:
+        passes, marks = measure(runner, plan, args.repeats, args.rest, run_id,
+                                progress=lambda name, rep, ps: print(f"{name} r{rep}: {len(ps)} passes, "
+                                                                     f"{sum(q.duration_s for q in ps):.3f} s busy", flush=True))
+    finally:
+        if smi is not None:
+            smi.terminate()
+            smi.wait()
+    row = {"run_id": run_id, "engine": "continuous", "kind": "heat", "model": model.config.name, "weights": weights,
+           "dtype": str(parse_dtype(args.dtype)).removeprefix("torch."), "device": device.type, "passes": len(passes),
+           "repeats": args.repeats, "rest_s": args.rest, "segments": marks, "wall_s": time.perf_counter() - wall,
+           **provenance(device)}
+    store.write_run(run_id, passes, [], row)
+    if tmp.exists():  # beside the passes, compressed
+        import gzip
+        import shutil
+        with tmp.open("rb") as src, gzip.open(store.run_dir(run_id) / "telemetry.csv.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+    print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
+    return 0
+
+
 def fit_main(argv: list[str]) -> int:
     from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
                                mape, roofline_prior_error, skeleton, sweep_range, waves_of)
     import numpy as np
 
-    from calibrate.heat import fit_with_heat
+    from calibrate.heat import fit_response, fit_with_heat, repeat_scatter, rested_scatter
     from calibrate.replay import replay_runs
     from sim.heat import factors
     from sim.calibrated import CalibratedCost
@@ -166,12 +233,19 @@ def fit_main(argv: list[str]) -> int:
         def predict_all(params, qs):
             return CalibratedCost(base | {"parameters": params}).predict_all(qs)
 
-        # decode passes slowed by recent prompt work (sim.heat): fitted with the model on the
-        # sweep's own order of passes; predictions below carry each pass's factor
-        params_train, heat_train = fit_with_heat(train, fit, predict_all)
+        # passes slowed by recent prompt work (sim.heat): fitted on the latest heat run of this GPU
+        # and model if there is one, else with the model on the sweep's own order of passes;
+        # predictions below carry each pass's factor
+        measured_heat, heat_run = None, None
+        heat_rows = [r for r in store.rows() if r.get("kind") == "heat" and r.get("gpu") == row["gpu"]
+                     and r.get("model") == row["model"]]
+        if heat_rows:
+            heat_run = heat_rows[-1]
+            measured_heat, heat_errors = fit_response(store.passes(heat_run["run_id"]), heat_run["segments"])
+        params_train, heat_train = fit_with_heat(train, fit, predict_all, heat=measured_heat)
         predicted_train = np.asarray(predict_all(params_train, passes)) * factors(passes, heat_train)
         errors = error_table(passes, predicted_train, split)
-        params, heat = fit_with_heat(passes, fit, predict_all)
+        params, heat = fit_with_heat(passes, fit, predict_all, heat=measured_heat)
         in_sample = mape(np.asarray(predict_all(params, passes)) * factors(passes, heat),
                          [q.duration_s for q in passes])
     except (ValueError, FileNotFoundError) as e:
@@ -181,15 +255,21 @@ def fit_main(argv: list[str]) -> int:
     prior = roofline_prior_error(passes, model, gpu_spec) if gpu_spec else []
     name = args.name or preset or "gpu"
     doc = base | {"fitted_on": len(passes), "in_sample_mape": in_sample, "parameters": params,
-                  "heat": heat.as_dict(), "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
+                  "heat": heat.as_dict(), "heat_fitted_on": heat_run["run_id"] if heat_run else row["run_id"],
+                  "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
                   "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
         from calibrate.host import measure as measure_host
-        doc["host"], host_basis = measure_host(results, cost, row["gpu"], row["model"])
+        doc["host"], host_sigmas, host_basis = measure_host(results, cost, row["gpu"], row["model"])
     except ValueError as e:  # no open runs of this GPU and model to measure it on: no host time
-        host_basis = None
+        host_basis, host_sigmas = None, {}
         print(f"host time: not measured ({e})")
+    # the engine's scatter (sim.noise, --noise): a rested pass's, from the heat run (else the sweep's
+    # repeats of a shape), and the host's terms', from the open runs' pass logs
+    pass_sigma = (rested_scatter(store.passes(heat_run["run_id"]), heat_run["segments"]) if heat_run
+                  else repeat_scatter(passes))
+    doc["noise"] = {"pass_sigma": pass_sigma} | host_sigmas
     doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"])
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -199,12 +279,16 @@ def fit_main(argv: list[str]) -> int:
     print("parameters (all passes):\n" + format_params(params))
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
-    print(f"after prompt work: decode up to {heat.decode:.1%} slower, prefill {heat.prefill:.1%}, recovering over "
-          f"{heat.tau_s * 1e3:.0f} ms (sim.heat)")
+    print(f"after prompt work: decode up to {heat.decode:.1%} slower, prefill {heat.prefill:.1%}, rising over "
+          f"{heat.rise_s * 1e3:.0f} ms of it, recovering over {heat.tau_s * 1e3:.0f} ms (sim.heat; fitted on "
+          + (f"heat run {heat_run['run_id']}: mean error decode {heat_errors['decode']:.2%}, prefill "
+             f"{heat_errors['prefill']:.2%})" if heat_run else "the sweep's own pass stream)"))
     if host_basis:
         print("host time: " + ", ".join(f"{k} {v}" if k == "graph_tokens" else f"{k} {v * 1e6:.1f} us"
                                         for k, v in doc["host"].items()) +
               " (measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in host_basis.items()) + ")")
+    print("scatter (sim.noise, --noise; robust sigma of the log): " +
+          ", ".join(f"{k} {v:.4f}" for k, v in doc["noise"].items()))
     if prior:
         print("the roofline alone (no fitted term, no overhead), per regime: " +
               ", ".join(f"{p['regime']} {p['signed_median']:+.0%} (MAPE {p['mape']:.0%})" for p in prior))
@@ -256,7 +340,7 @@ def _write_errors_csv(path: Path, errors) -> None:
     pd.DataFrame([e.__dict__ for e in errors]).to_csv(path, index=False)
 
 
-COMMANDS = {"sweep": sweep_main, "fit": fit_main}
+COMMANDS = {"sweep": sweep_main, "heat": heat_main, "fit": fit_main}
 
 
 def main(argv: list[str] | None = None) -> int:

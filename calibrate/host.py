@@ -39,6 +39,7 @@ import numpy as np
 
 from core.cli import ArgumentParser
 from calibrate.replay import engine_runs
+from sim.noise import robust_sigma
 
 MAX_GRAPH_TOKENS = 8192  # passes up to this many tokens run as CUDA graphs, where the cost model holds
 
@@ -110,8 +111,10 @@ def best_split(points: list[tuple[float, bool]], window_s: float = 200e-6) -> fl
     return float(candidates[int(np.argmin(wrong))])
 
 
-def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict]:
-    """The host terms (seconds) and what they were measured on."""
+def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict, dict]:
+    """The host terms (seconds), their scatter (`sim.noise.Noise`'s host sigmas: the robust log
+    standard deviation of the idle starts' end - planned - predicted, and of the graph and eager
+    launches) and what they were measured on."""
     runs = [(row, store.passes(row["run_id"]), store.requests(row["run_id"]))
             for store, row in engine_runs(results, gpu, model)
             if (row.get("replicas") or 1) == 1 and row.get("overlap", True)]
@@ -142,10 +145,12 @@ def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict]:
              "launch_s": float(np.median(launches[False])),
              "eager_launch_s": float(np.median(launches[True])) if launches[True] else 0.0,
              "graph_tokens": int(graph_tokens)}
+    sigmas = {"idle_sigma": robust_sigma([s.late_s for s in small]), "launch_sigma": robust_sigma(launches[False]),
+              "eager_launch_sigma": robust_sigma(launches[True])}
     basis = {"runs": len(runs), "first_passes": len(cold), "passes_after_sleep": len(woke),
              "idle_starts_for_slope": len(starts), "joins_near_a_pass_end": sum(1 for d, _ in points if 0 <= d < 200e-6),
              "graph_launches": len(launches[False]), "eager_launches": len(launches[True])}
-    return terms, basis
+    return terms, sigmas, basis
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,20 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     from sim.cost import CalibratedCost
     try:
         cost = CalibratedCost.from_json(args.calibration)
-        terms, basis = measure(Path(args.results), cost, cost.gpu, cost.model)
+        terms, sigmas, basis = measure(Path(args.results), cost, cost.gpu, cost.model)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for k, v in terms.items():
         print(f"{k:14s} {v:10d} tokens" if k == "graph_tokens" else
               f"{k:14s} {v * 1e9:10.3f} ns" if k == "per_token_s" else f"{k:14s} {v * 1e6:10.3f} us")
+    print("scatter (robust sigma of the log): " + ", ".join(f"{k} {v:.3f}" for k, v in sigmas.items()))
     print("measured on " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in basis.items()))
     if args.write:
         path = Path(args.calibration)
         d = json.loads(path.read_text())
         d["host"] = terms
+        d["noise"] = (d.get("noise") or {}) | sigmas
         path.write_text(json.dumps(d, indent=1) + "\n")
-        print(f"wrote \"host\" into {path}")
+        print(f"wrote \"host\" and the host's \"noise\" into {path}")
     return 0
 
 

@@ -206,12 +206,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # a subset of the runs never replaces the whole report: --only writes under out/ unless told where
     out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
+    if args.seeds < 0:
+        raise ValueError(f"--seeds must be 0 or more, got {args.seeds}")
     select_runs(args.results, only=args.only)  # none to compare: the error before the progress bar
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
         def progress(i, n):
             bar.total = n
             bar.update(i - bar.n)
-        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress)
+        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds)
     checks = targets(comparisons, repeat_rows(args.results))
     out.mkdir(parents=True, exist_ok=True)
     errors = pd.DataFrame(error_rows(comparisons))
@@ -284,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None,
                      help="report directory (default RESULTS/validation; with --only, out/validation)")
+    cmp.add_argument("--seeds", type=int, default=5,
+                     help="simulations a run, pass and host times scattered as the calibration measured the engine's "
+                          "own (its \"noise\"; sim/noise.py): each statistic their median, the range they span "
+                          "beside it (default 5; 0: one simulation without scatter)")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")

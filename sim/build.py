@@ -18,6 +18,7 @@ from core.roofline import get_gpu
 from core.routers import ROUTERS, make_router
 from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
 from sim.cost import CalibratedCost, parse_cost
+from sim.noise import NoisyCost
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
 from traces.download import resolve_trace
@@ -90,6 +91,8 @@ class RunSpec:
     seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int, low=0)
     overlap: bool = option(False, "model the engine's overlap mode: each pass planned while the one before it "
                                   "runs, so an arrival waits for one more pass", type=bool)
+    noise: bool = option(False, "scatter pass and host times as the calibration measured the engine's own (its "
+                                "\"noise\" field; seeded by --seed: replications give a spread of schedules)", type=bool)
     # not command-line options: what a run keeps, and its name
     keep_token_times: bool = False
     log_passes: bool = False
@@ -148,7 +151,7 @@ class RunSpec:
     @property
     def draws_at_random(self) -> bool:
         """Does the seed change anything (so that replications differ)?"""
-        return self.rate is not None or self.router == "power-of-two"
+        return self.rate is not None or self.router == "power-of-two" or self.noise
 
 
 def cli_fields() -> list:
@@ -208,6 +211,12 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
     if cost_model is not None:
         cost = cost_model
+    if spec.noise:
+        noise = getattr(cost, "noise", None)
+        if noise is None or noise.zero:
+            raise ValueError(f"--noise: the cost model ({spec.cost}) measured no scatter; --noise needs a "
+                             "calibration with a \"noise\" field (calibrated:NAME)")
+        cost = NoisyCost(cost, noise, spec.seed)
     if spec.gpu is not None and gpu_preset is not None and get_gpu(spec.gpu).name != gpu_preset.name:
         raise ValueError(f"--gpu {spec.gpu} but --cost {spec.cost} times passes on {gpu_preset.name}; drop --gpu, or "
                          f"project a calibration with --cost calibrated:NAME@{spec.gpu}")

@@ -95,6 +95,7 @@ from typing import Sequence
 from core.roofline import GPUSpec
 from sim.heat import Heat
 from sim.host import HostTime
+from sim.noise import Noise
 from traces.trace import MAX_ARRIVAL_S
 
 FORMAT = "llm-sim-cost/v4"
@@ -170,6 +171,7 @@ class CalibratedCost:
         self.extrapolated: dict[str, list[int]] = {}  # limit -> [passes beyond it, the largest value]
         self.host = HostTime.from_dict(d.get("host"), source)  # optional: the engine's host time (sim.host)
         self.heat = Heat.from_dict(d.get("heat"), source)  # optional: decode slowed by recent prompt work (sim.heat)
+        self.noise = Noise.from_dict(d.get("noise"), source)  # optional: the engine's scatter (sim.noise, --noise)
 
     def _number(self, v, where: str) -> float:
         """A parameter: seconds from 0 to MAX_ARRIVAL_S, or a rate (GB/s, TFLOP/s) of 0 or at least MIN_RATE."""

@@ -68,9 +68,10 @@ def trace_of(requests: list[RequestRecord], name: str) -> Trace:
                  np.array([r.max_output_tokens for r in order]), [r.request_id for r in order], name=name)
 
 
-def simulate_like(row: dict, requests: list[RequestRecord], cost, fast_forward: bool = True):
+def simulate_like(row: dict, requests: list[RequestRecord], cost, fast_forward: bool = True, seed: int | None = None):
     """The simulation of an engine run: its requests, its configuration (`cost`: a --cost
-    string, or a cost model object such as `sim.replay.MeasuredPasses`)."""
+    string, or a cost model object such as `sim.replay.MeasuredPasses`); with `seed`, pass and
+    host times scatter as the calibration measured the engine's own (`sim.noise`)."""
     from sim.build import RunSpec, simulate_spec
     kv_blocks = row["kv_blocks"]
     if isinstance(kv_blocks, list):  # a row of several replicas may list each one's (they are equal GPUs)
@@ -81,7 +82,8 @@ def simulate_like(row: dict, requests: list[RequestRecord], cost, fast_forward: 
                    max_num_batched_tokens=row["max_num_batched_tokens"], max_model_len=row["max_model_len"],
                    block_size=row["block_size"], kv_blocks=kv_blocks, preemption=row["preemption"],
                    overlap=bool(row.get("overlap")), keep_token_times=True, log_passes=True,
-                   fast_forward=fast_forward, run_id=f"sim-{row['run_id']}")
+                   fast_forward=fast_forward, run_id=f"sim-{row['run_id']}",
+                   noise=seed is not None, seed=seed or 0)
     if isinstance(cost, str):
         return simulate_spec(spec.with_(cost=cost), trace=trace_of(requests, row["run_id"]))
     return simulate_spec(spec, trace=trace_of(requests, row["run_id"]), cost_model=cost)
@@ -121,14 +123,33 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     return float(np.polyfit(t, n, 1)[0]) if t[-1] > t[0] else 0.0
 
 
-def compare(row: dict, store: RunStore, cost: str, cost_model) -> Comparison:
+def draws_noise(cost_model) -> bool:
+    noise = getattr(cost_model, "noise", None)
+    return noise is not None and not noise.zero
+
+
+def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -> Comparison:
+    """The run against its simulation: with `seeds` > 0 (and a cost model that measured the
+    engine's scatter) `seeds` simulations with scattered pass and host times, each statistic the
+    median over them (`sim_lo_ms`, `sim_hi_ms`: their least and greatest), the passes and the
+    diagnosis the first seed's; else the one simulation without scatter."""
     real = store.requests(row["run_id"])
     real_passes = store.passes(row["run_id"])
-    result = simulate_like(row, real, cost)
-    real_m, sim_m = compute_metrics(real), compute_metrics(result.table)
-    rs, ss = stats(real_m), stats(sim_m)
-    table = [{"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": ss[name][st] * 1e3,
-              "error": signed(ss[name][st], rs[name][st])} for name in METRICS for st in STATS]
+    noisy = seeds > 0 and draws_noise(cost_model)
+    results = [simulate_like(row, real, cost, seed=i if noisy else None) for i in range(seeds if noisy else 1)]
+    result = results[0]
+    real_m = compute_metrics(real)
+    sims = [compute_metrics(r.table) for r in results]
+    sim_m = sims[0]
+    rs, each = stats(real_m), [stats(m) for m in sims]
+    table = []
+    for name in METRICS:
+        for st in STATS:
+            values = [e[name][st] for e in each]
+            mid = float(np.median(values))
+            table.append({"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": mid * 1e3,
+                          "error": signed(mid, rs[name][st]), "sim_lo_ms": min(values) * 1e3,
+                          "sim_hi_ms": max(values) * 1e3})
     real_batch = float(np.mean([p.batch_size for p in real_passes]))
     sim_batch = float(np.mean([p.batch_size for p in result.passes])) if result.passes else math.nan
     table += [{"metric": "output_throughput", "stat": "tok/s", "real_ms": real_m.output_throughput,
@@ -201,14 +222,14 @@ def select_runs(results: Path, gpu: str | None = None, only: str | None = None) 
 
 
 def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
-                progress=None) -> list[Comparison]:
+                progress=None, seeds: int = 0) -> list[Comparison]:
     store = RunStore(results / "continuous")
     rows = select_runs(results, gpu, only)
     out = []
     models = {}
     for i, row in enumerate(rows):
         model = models.setdefault(row["model"], load_cost(cost, row["model"]))
-        out.append(compare(row, store, cost, model))
+        out.append(compare(row, store, cost, model, seeds))
         if progress is not None:
             progress(i + 1, len(rows))
     return out

@@ -1,20 +1,22 @@
 """How much recent prompt work slows the GPU's next passes.
 
-Measured on the H200 (`results/calibration`): a pass that starts just after a long prefill pass
-(prompts run near the card's arithmetic peak, and its power limit) runs several percent slower
-than the same pass after a rest, and the card recovers over some tens of milliseconds; in the
-open Azure runs at 32x the decode passes within 1 ms of a prefill ran 10% longer than the
-calibration said, those 0.1-1 s after one 3% shorter, and prefill passes that followed prefill
-for a while 7.6% longer. The model: a leaky integrator of the seconds spent in passes of prompt
-tokens only (`heats`),
+Measured on the H200 by design (`python -m calibrate heat`, `results/calibration`): prompt
+passes run near the card's arithmetic peak, and its power limit (700 W): after some tens of
+milliseconds of them nvidia-smi shows the SM clock pulled down from 1,980 to 1,400-1,600 MHz
+(reason: software power cap). Back-to-back prompt passes of 4,096 tokens ran 21.8 ms rested,
+then slower pass by pass to about +11% by the fourth or fifth; decode passes just after ran
+about 7% slower and recovered within 50-100 ms. The model: a level h between 0 (rested) and
+1 (after long prompt work) that rises during passes of prompt tokens only (`heats`) and falls
+during the others and while idle,
 
-    dH/dt = [such a pass is running] - H / tau_s
+    dh/dt = (1 - h) / tau_up_s   during such a pass,    dh/dt = -h / tau_s   otherwise,
 
-and a pass that starts when the integrator holds H takes (1 + kappa * H / tau_s) times its
-rested time, with one kappa for passes of prompt tokens only (`prefill`) and one for the others
-(`decode`, mixed passes included); H / tau_s is between 0, rested, and 1, after prefill for much
-longer than tau_s. They are fitted with the cost model (`calibrate.heat`) on the sweep's own
-pass stream, and stored in the calibration file's optional "heat" field (none: no effect).
+and a pass takes (1 + kappa * the mean of h over its own run) times its rested time, with one
+kappa for passes of prompt tokens only (`prefill`) and one for the others (`decode`, mixed
+passes included). The mean over the pass's run matters for long passes: one of 65,536 tokens
+(0.3 s) from rest spends most of its time throttled; h at its start alone had priced the closed
+runs' large first passes 5-8% short. Stored in the calibration file's optional "heat" field
+(none: no effect); tau_up_s 0 (older files) means tau_s.
 """
 from __future__ import annotations
 
@@ -35,12 +37,13 @@ def heats(new_tokens) -> bool:
 
 @dataclass(frozen=True)
 class Heat:
-    decode: float = 0.0    # a decode pass's slow-down after a long prefill (0.1: 10% longer)
-    prefill: float = 0.0   # ... a pass that carries prompt tokens
-    tau_s: float = 0.0     # how fast the integrator leaks, seconds
+    decode: float = 0.0    # a decode pass's slow-down after long prompt work (0.1: 10% longer)
+    prefill: float = 0.0   # ... a pass of prompt tokens only
+    tau_s: float = 0.0     # how fast the level falls (other passes, idle), seconds
+    tau_up_s: float = 0.0  # how fast it rises during prompt passes, seconds (0: tau_s)
 
     def __post_init__(self) -> None:
-        for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S)):
+        for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S)):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
@@ -56,63 +59,83 @@ class Heat:
     def zero(self) -> bool:
         return not (self.decode or self.prefill)
 
+    @property
+    def rise_s(self) -> float:
+        return self.tau_up_s or self.tau_s
+
     def as_dict(self) -> dict:
-        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s}
+        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s}
 
 
 class HeatState:
-    """The integrator over one GPU's passes, fed in time order."""
+    """The level h over one GPU's passes, fed in time order."""
 
     def __init__(self, heat: Heat):
         self.heat = heat
-        self.level = 0.0   # H, seconds, at time `at`
+        self.level = 0.0   # h at time `at`
         self.at = 0.0
 
     def value(self, t: float) -> float:
-        """H at time t (no prefill since `at`)."""
+        """h at time t (no prompt pass since `at`)."""
         if not self.heat.tau_s or t <= self.at:
             return self.level
         return self.level * math.exp(-(t - self.at) / self.heat.tau_s)
 
-    def factor(self, t: float, prefill: bool = False) -> float:
-        """A pass starting at t (carrying prompt tokens or not) takes this many times its rested time."""
+    def mean(self, start: float, duration: float, prefill: bool) -> float:
+        """The mean of h over a pass from `start` for `duration` seconds."""
+        h = self.value(start)
+        tau = self.heat.rise_s if prefill else self.heat.tau_s
+        if duration <= 0 or not tau:
+            return h
+        w = tau / duration * (1.0 - math.exp(-duration / tau))  # the mean of e^(-t/tau) over the pass
+        return 1.0 + (h - 1.0) * w if prefill else h * w
+
+    def factor(self, t: float, prefill: bool = False, duration: float = 0.0) -> float:
+        """A pass starting at t and running `duration` seconds (of prompt tokens only or not)
+        takes this many times its rested time: 1 + kappa * the mean of h over it."""
         kappa = self.heat.prefill if prefill else self.heat.decode
         if not kappa:
             return 1.0
-        return 1.0 + kappa * self.value(t) / self.heat.tau_s
+        return 1.0 + kappa * self.mean(t, duration, prefill)
+
+    def slowed(self, start: float, rested: float, prefill: bool) -> float:
+        """The time of a pass that takes `rested` seconds rested, starting at `start` (its factor
+        depends on its own length: two substitutions, well within 0.1%)."""
+        duration = rested
+        for _ in range(2):
+            duration = rested * self.factor(start, prefill, duration)
+        return duration
 
     def mean_factor(self, start: float, duration: float) -> float:
         """The mean factor of decode passes from `start` for `duration` seconds (the simulator's
         fast-forward prices a run of decode passes at it: their total time is right, the first
         are a little short and the last a little long)."""
-        if not self.heat.decode or duration <= 0:
-            return self.factor(start)
-        # the mean of 1 + decode * H(t) / tau over the run, H decaying from H(start) with tau
-        return 1.0 + self.heat.decode * self.value(start) / duration * (1.0 - math.exp(-duration / self.heat.tau_s))
+        return self.factor(start, False, duration)
 
     def passed(self, start: float, duration: float, prefill: bool) -> None:
-        """A pass ran from start for duration seconds (carrying prompt tokens or not)."""
+        """A pass ran from start for duration seconds (of prompt tokens only or not)."""
         if not self.heat.tau_s:
             return
-        tau = self.heat.tau_s
-        level = self.value(start)
+        h = self.value(start)
         if prefill:
-            decay = math.exp(-duration / tau)
-            level = level * decay + tau * (1.0 - decay)
+            h = 1.0 + (h - 1.0) * math.exp(-duration / self.heat.rise_s)
         else:
-            level *= math.exp(-duration / tau)
-        self.level, self.at = level, start + duration
+            h *= math.exp(-duration / self.heat.tau_s)
+        self.level, self.at = h, start + duration
 
 
-def levels(passes, tau_s: float) -> list[float]:
-    """H / tau_s at the start of every pass of a logged run (PassRecords, any order; each
-    replica's GPU on its own), for an integrator leaking with `tau_s`."""
+def levels(passes, tau_s: float, tau_up_s: float = 0.0) -> list[float]:
+    """The mean of h over every pass of a logged run (PassRecords, any order; each replica's GPU
+    on its own; each pass over its logged time), for a level falling with `tau_s` and rising
+    with `tau_up_s` (0: tau_s)."""
     states: dict = {}
     out = {}
+    shape = Heat(tau_s=tau_s, tau_up_s=tau_up_s)
     for p in sorted(passes, key=lambda p: p.start_s):
-        state = states.setdefault(getattr(p, "replica", 0), HeatState(Heat(tau_s=tau_s)))
-        out[id(p)] = state.value(p.start_s) / tau_s
-        state.passed(p.start_s, p.duration_s, heats(p.new_tokens))
+        state = states.setdefault(getattr(p, "replica", 0), HeatState(shape))
+        prefill = heats(p.new_tokens)
+        out[id(p)] = state.mean(p.start_s, p.duration_s, prefill)
+        state.passed(p.start_s, p.duration_s, prefill)
     return [out[id(p)] for p in passes]
 
 
@@ -121,7 +144,7 @@ def factors(passes, heat: Heat) -> list[float]:
     if heat.zero:
         return [1.0] * len(passes)
     return [1.0 + (heat.prefill if heats(p.new_tokens) else heat.decode) * h
-            for p, h in zip(passes, levels(passes, heat.tau_s))]
+            for p, h in zip(passes, levels(passes, heat.tau_s, heat.tau_up_s))]
 
 
 def logged_times(cost, passes) -> list[float]:

@@ -250,7 +250,7 @@ class Replica:
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
             prefill = heats(plan.new_tokens)
-            duration *= self.heat.factor(start, prefill)
+            duration = self.heat.slowed(start, duration, prefill)
             self.heat.passed(start, duration, prefill)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)

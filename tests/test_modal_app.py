@@ -68,6 +68,14 @@ def test_sweep_body_writes_a_calibration_sweep(tmp_path):
     assert row["passes"] > 0 and len(RunStore(tmp_path / stamp / "calibration").passes(row["run_id"])) == row["passes"]
 
 
+def test_heat_body_writes_a_heat_run(tmp_path):
+    stamp = modal_app.command_body("heat", ["--model", "tiny", "--device", "cpu", "--dtype", "float32", "--repeats", "1",
+                                            "--rest", "0"], tmp_path)
+    from core.runstore import RunStore
+    (row,) = RunStore(tmp_path / stamp / "calibration").rows()
+    assert row["kind"] == "heat" and row["segments"]
+
+
 def test_unknown_command_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown command"):
         modal_app.command_body("rm", [], tmp_path)

@@ -27,16 +27,46 @@ def test_the_integrator_fills_during_prefill_and_leaks_after():
 
 
 def test_factors_of_a_logged_stream():
-    # a decode, a prompt (heats), a decode, a mixed pass (counts as decode: does not heat), a prompt
+    # a decode, a prompt (heats), a decode, a mixed pass (counts as decode: does not heat), a prompt;
+    # each pass's factor is 1 + kappa * the mean of h over its own logged time
     passes = [PassRecord.make("r", "e", i, n, [0] * len(n), t, d) for i, (n, t, d) in
               enumerate([([1], 0.0, 0.001), ([100], 0.001, 0.01), ([1], 0.011, 0.002), ([1, 30], 0.013, 0.002),
                          ([50], 0.015, 0.001)])]
     f = factors(passes, Heat(decode=0.2, prefill=0.5, tau_s=0.01))
-    h = 0.01 * (1 - math.exp(-1))
-    assert f[0] == 1.0 and f[1] == 1.0
-    assert math.isclose(f[2], 1 + 0.2 * h / 0.01)
-    assert math.isclose(f[3], 1 + 0.2 * h * math.exp(-0.2) / 0.01)
-    assert math.isclose(f[4], 1 + 0.5 * h * math.exp(-0.4) / 0.01)
+    e = math.exp
+    assert f[0] == 1.0
+    assert math.isclose(f[1], 1 + 0.5 * e(-1))  # from rest for one tau: mean h = 1 - (1 - e^-1) = e^-1
+    h = 1 - e(-1)  # after it
+    cool = 0.01 / 0.002 * (1 - e(-0.2))  # the mean of e^(-t/tau) over 2 ms
+    assert math.isclose(f[2], 1 + 0.2 * h * cool)
+    assert math.isclose(f[3], 1 + 0.2 * h * e(-0.2) * cool)
+    assert math.isclose(f[4], 1 + 0.5 * (1 + (h * e(-0.4) - 1) * 10 * (1 - e(-0.1))))
+
+
+def test_the_level_rises_and_falls_at_their_own_rates():
+    heat = Heat(decode=0.1, prefill=0.2, tau_s=0.01, tau_up_s=0.04)
+    s = HeatState(heat)
+    s.passed(0.0, 0.04, prefill=True)  # one tau_up of prompt work
+    assert math.isclose(s.value(0.04), 1 - math.exp(-1))
+    assert math.isclose(s.value(0.05), (1 - math.exp(-1)) * math.exp(-1))  # one tau_s idle
+    # a 40 ms prompt pass from rest: the mean of h over it is 1 - (1 - e^-1) = e^-1
+    assert math.isclose(HeatState(heat).factor(0.0, True, 0.04), 1 + 0.2 * math.exp(-1))
+    assert Heat(tau_s=0.01).rise_s == 0.01 and Heat(tau_s=0.01, tau_up_s=0.03).rise_s == 0.03
+    assert Heat.from_dict({"decode": 0.1, "prefill": 0.1, "tau_s": 0.05}).rise_s == 0.05  # older files
+
+
+def prompt_then_decode(rested, heat):
+    """By hand: a prompt pass from rest, then a decode pass right after it, each solved for its own
+    length (mean of h over the pass) by two substitutions, as the simulator does."""
+    tau = heat.tau_s
+    d0 = rested
+    for _ in range(2):
+        d0 = rested * (1 + heat.prefill * (1 - tau / d0 * (1 - math.exp(-d0 / tau))))
+    h = 1 - math.exp(-d0 / tau)
+    d1 = rested
+    for _ in range(2):
+        d1 = rested * (1 + heat.decode * h * tau / d1 * (1 - math.exp(-d1 / tau)))
+    return d0, d1
 
 
 class Heated(ConstantCost):
@@ -52,10 +82,10 @@ def test_decode_passes_after_a_prompt_run_slower_then_recover():
     r = simulate(trace_of([(0.0, 100, 4)]), sched, Heated(0.01, heat), keep_token_times=True, log_passes=True,
                  fast_forward=False)
     d = [p.duration_s for p in r.passes]
-    h = 1 - math.exp(-1)  # H / tau after the prefill
-    assert math.isclose(d[0], 0.01)  # the prompt, rested
-    assert math.isclose(d[1], 0.01 * (1 + 0.5 * h))
-    assert math.isclose(d[2], 0.01 * (1 + 0.5 * h * math.exp(-d[1] / 0.01)))
+    d0, d1 = prompt_then_decode(0.01, heat)
+    assert math.isclose(d[0], d0) and d0 > 0.01  # the prompt heats the card while it runs
+    assert math.isclose(d[1], d1) and d1 > 0.01
+    assert 0.01 < d[2] < d[1] and d[3] < d[2]  # recovering
     rested = simulate(trace_of([(0.0, 100, 4)]), sched, ConstantCost(0.01), keep_token_times=True, log_passes=True)
     assert all(math.isclose(p.duration_s, 0.01) for p in rested.passes)
     # fast-forwarded, the run of decode passes takes their mean factor: the same end within 1%
@@ -84,7 +114,7 @@ def test_the_fit_recovers_a_known_heat_from_a_pass_stream():
     for i in range(3000):
         prompt = rng.random() < 0.2
         base = float(rng.uniform(0.001, 0.04)) if prompt else 0.002
-        d = base * state.factor(t, prompt)
+        d = state.slowed(t, base, prompt)
         passes.append(PassRecord.make("r", "e", i, [int(rng.integers(2, 900))] if prompt else [1, 1], [0, 0][:1 if prompt
                                       else 2], t, d))
         rested.append(base)

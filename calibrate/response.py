@@ -1,0 +1,96 @@
+"""How the GPU's pass times answer to prompt work, measured by design (`python -m calibrate heat`).
+
+The sweep runs its shapes in a shuffled order, so its passes follow prompt work of every size
+at every distance, but never a long rest or a long run of prompts: the heat model (`sim.heat`)
+fitted on it alone cannot tell whether the slow-down sets in at once or builds up during a long
+prompt pass, nor how fast the card recovers. Here, each after a rest of `rest_s`:
+
+- `rested`:   a probe decode pass (64 sequences on 512 cached positions) 100 times;
+- `burst K`:  K prompt passes of 4,096 tokens back to back (K = 1 .. 100: 20 ms .. 2 s), then the
+              probe 400 times (about 0.9 s): the prompts' own times show the onset, the probes
+              the recovery;
+- `big`:      one pass of 16 prompts of 4,096 tokens (65,536 tokens, about 0.37 s) from rest, then
+              100 probes, and `big-hot`: the same after 50 prompt passes;
+- `decode`:   the probe 1,000 times from rest (decode work alone does not heat the card);
+- `mixed K`, `chunks K`, `small K`: K passes of a 2,048-token chunk beside 64 decodes (as chunked
+              prefill builds them), of a 2,048-token prompt, of a 512-token prompt, then the probe
+              400 times: which passes heat the card besides long prompts.
+
+Every segment `repeats` times, round-robin; passes launched as the serving loop launches them
+(`run_sweep(launch="served")`), timed with CUDA events, start times on one clock for the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from calibrate.sweep import Shape, run_sweep
+from core.records import PassRecord
+
+PROBE = Shape("probe b64 c512", tuple((512, 1) for _ in range(64)))
+PROMPT = Shape("prompt n4096", ((0, 4096),))
+BIG = Shape("prompts 16x4096", tuple((0, 4096) for _ in range(16)))
+BURSTS = (1, 3, 10, 30, 100)
+
+
+MIXED = Shape("mixed n2048 b64", tuple((512, 1) for _ in range(64)) + ((0, 2048),))
+CHUNK = Shape("prompt n2048", ((0, 2048),))
+SMALL = Shape("prompt n512", ((0, 512),))
+
+
+def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, big: Shape = BIG, mixed: Shape = MIXED,
+             chunk: Shape = CHUNK, small: Shape = SMALL) -> list[tuple[str, list[Shape]]]:
+    """The designed sequences, each (name, shapes in order); `scale` < 1 shortens them, and a CPU
+    smoke run passes smaller shapes."""
+    def n(k: int) -> int:
+        return max(1, int(k * scale))
+    out = [("rested", [probe] * n(100))]
+    out += [(f"burst {k}", [prompt] * n(k) + [probe] * n(400)) for k in BURSTS]
+    out += [("big", [big] + [probe] * n(100)), ("big-hot", [prompt] * n(50) + [big] + [probe] * n(100)),
+            ("decode", [probe] * n(1000))]
+    out += [("mixed 60", [mixed] * n(60) + [probe] * n(400)), ("chunks 60", [chunk] * n(60) + [probe] * n(400)),
+            ("small 200", [small] * n(200) + [probe] * n(400))]
+    return out
+
+
+CPU_SHAPES = {"probe": Shape("probe b4 c32", tuple((32, 1) for _ in range(4))), "prompt": Shape("prompt n64", ((0, 64),)),
+              "big": Shape("prompts 4x64", tuple((0, 64) for _ in range(4))),
+              "mixed": Shape("mixed n32 b4", tuple((32, 1) for _ in range(4)) + ((0, 32),)),
+              "chunk": Shape("prompt n32", ((0, 32),)), "small": Shape("prompt n16", ((0, 16),))}
+
+
+def measure(runner, plan, repeats: int, rest_s: float, run_id: str, progress=None) -> tuple[list[PassRecord], list[dict]]:
+    """Every segment of `plan` `repeats` times after a rest; (passes, segment marks: name, repeat,
+    t0_s and the first and last pass index of each)."""
+    records: list[PassRecord] = []
+    marks: list[dict] = []
+    origin = None
+    for rep in range(repeats):
+        for name, seg in plan:
+            time.sleep(rest_s)
+            passes = run_sweep(runner, seg, repeats=1, run_id=run_id, shuffled=False, launch="served", warm_up=False)
+            origin = runner.clock.t0 if origin is None else origin
+            t0 = runner.clock.t0 - origin  # the sweep zeroes the runner's clock as it starts
+            first = len(records)
+            records += [dataclasses.replace(p, start_s=p.start_s + t0, step=first + i) for i, p in enumerate(passes)]
+            marks.append({"segment": name, "repeat": rep, "t0_s": t0, "first": first, "last": len(records) - 1})
+            if progress is not None:
+                progress(name, rep, passes)
+    return records, marks
+
+
+def telemetry(path, gpu_index: str):
+    """nvidia-smi sampling the SM clock, power, temperature and clock-event reasons every 20 ms
+    into `path` (a Popen to terminate; None where there is no nvidia-smi)."""
+    import shutil
+    import subprocess
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    fields = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,pcie.link.gen.current,clocks_event_reasons.active"
+    probe = subprocess.run([smi, f"--query-gpu={fields}", "--format=csv,noheader", "-i", gpu_index],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:  # older drivers name them the throttle reasons
+        fields = fields.replace("clocks_event_reasons", "clocks_throttle_reasons")
+    return subprocess.Popen([smi, f"--query-gpu={fields}", "--format=csv", "-lms", "20", "-i", gpu_index],
+                            stdout=open(path, "w"), stderr=subprocess.DEVNULL)
