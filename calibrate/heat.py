@@ -25,31 +25,35 @@ from sim.heat import Heat, factors, heats, levels
 TAU_GRID_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 
 
-def kappas_at(h: np.ndarray, ratio: np.ndarray, prefill: np.ndarray) -> tuple[dict, dict, float, dict]:
-    """For levels `h` (the mean over each pass), least squares of ratio = c * (1 + kappa * h) for
-    decode passes and for prompt passes each: ({kind: kappa}, {kind: c}, the sum of relative
-    errors, {kind: their mean})."""
-    kappas, scales, errors, residual = {}, {}, {}, 0.0
-    for name, sel in (("decode", ~prefill), ("prefill", prefill)):
-        if not sel.any():
-            kappas[name], scales[name], errors[name] = 0.0, 1.0, 0.0
-            continue
-        x = np.c_[np.ones(sel.sum()), h[sel]]
-        (c, ck), *_ = np.linalg.lstsq(x, ratio[sel], rcond=None)
-        kappas[name], scales[name] = float(np.clip(ck / c, 0.0, 1.0)), float(c)
-        miss = np.abs(ratio[sel] - c * (1 + kappas[name] * h[sel])) / ratio[sel]
-        residual += float(miss.sum())
-        errors[name] = float(miss.mean())
-    return kappas, scales, residual, errors
+def kappas_at(h: np.ndarray, u: np.ndarray, ratio: np.ndarray) -> tuple[dict, dict, float, dict]:
+    """For levels `h` (the mean over each pass) and loads `u`, least squares of ratio = c + c *
+    kappa(u) * h, kappa(u) = decode + (prefill - decode) * u, with one scale c for the passes of
+    load under a half ("decode") and one for the others ("prefill"): ({kind: kappa}, {kind: c},
+    the sum of relative errors, {kind: their mean})."""
+    light = u < 0.5
+    columns = [light.astype(float), (~light).astype(float), (1 - u) * h, u * h]
+    x = np.c_[tuple(columns)]
+    keep = [i for i in range(4) if x[:, i].any()]
+    coef = np.zeros(4)
+    coef[keep] = np.linalg.lstsq(x[:, keep], ratio, rcond=None)[0]
+    scales = {"decode": coef[0] or 1.0, "prefill": coef[1] or 1.0}
+    kappas = {"decode": float(np.clip(coef[2] / scales["decode"], 0.0, 1.0)),
+              "prefill": float(np.clip(coef[3] / scales["prefill"], 0.0, 1.0))}
+    c = np.where(light, scales["decode"], scales["prefill"])
+    miss = np.abs(ratio - c * (1 + (kappas["decode"] * (1 - u) + kappas["prefill"] * u) * h)) / ratio
+    errors = {"decode": float(miss[light].mean()) if light.any() else 0.0,
+              "prefill": float(miss[~light].mean()) if (~light).any() else 0.0}
+    return kappas, {k: float(v) for k, v in scales.items()}, float(miss.sum()), errors
 
 
 def fit_heat(passes: list[PassRecord], predicted) -> tuple[Heat, dict]:
-    """(Heat, {"decode": c, "prefill": c}) from the passes' measured / predicted ratios (see the module)."""
-    prefill = np.array([heats(p.new_tokens) for p in passes])
+    """(Heat, {"decode": c, "prefill": c}) from the passes' measured / predicted ratios (see the
+    module; the older rule of loads: 1 for passes of prompt tokens only, 0 for the others)."""
     ratio = np.array([p.duration_s for p in passes]) / np.asarray(predicted, float)
+    u = np.array([Heat().load(p.new_tokens) for p in passes])
     best = None
     for tau in TAU_GRID_S:
-        kappas, scales, residual, _ = kappas_at(np.asarray(levels(passes, tau)), ratio, prefill)
+        kappas, scales, residual, _ = kappas_at(np.asarray(levels(passes, Heat(tau_s=tau))), u, ratio)
         if best is None or residual < best[0]:
             best = (residual, Heat(decode=kappas["decode"], prefill=kappas["prefill"], tau_s=tau), scales)
     return best[1], best[2]
@@ -77,22 +81,28 @@ def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2,
 
 
 TAU_RESPONSE_GRID_S = (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15)
-QUIET_S = 0.15  # a pass this long after the last prompt pass ended counts as rested
+FULL_TOKENS_GRID = (0, 512, 1024, 2048, 4096)  # 0: the older rule (prompt passes load the card fully)
+QUIET_S = 0.15  # a pass this long after the last heavy pass ended counts as rested
+HEAVY_TOKENS = 256  # a pass of this many tokens (or of prompt tokens only) counts as heavy
+
+
+def heavy(p: PassRecord) -> bool:
+    return heats(p.new_tokens) or sum(p.new_tokens) >= HEAVY_TOKENS
 
 
 def quiet(passes: list[PassRecord], marks: list[dict], quiet_s: float = QUIET_S) -> list[int]:
-    """The passes of a heat run that start rested: before their sequence's first prompt pass ends
-    (after a rest) or `quiet_s` or more after the last prompt pass ended (`marks`: the first and
+    """The passes of a heat run that start rested: before their sequence's first `heavy` pass ends
+    (after a rest) or `quiet_s` or more after the last heavy pass ended (`marks`: the first and
     last pass index of each sequence)."""
     out = []
     for m in marks:
-        last_prompt_end = None
+        last_heavy_end = None
         for i in range(m["first"], m["last"] + 1):
             p = passes[i]
-            if last_prompt_end is None or p.start_s - last_prompt_end >= quiet_s:
+            if last_heavy_end is None or p.start_s - last_heavy_end >= quiet_s:
                 out.append(i)
-            if heats(p.new_tokens):
-                last_prompt_end = p.start_s + p.duration_s
+            if heavy(p):
+                last_heavy_end = p.start_s + p.duration_s
     return out
 
 
@@ -125,7 +135,7 @@ def rested_scatter(passes: list[PassRecord], marks: list[dict]) -> float:
     time / rested time over a heat run's quiet decode passes)."""
     from sim.noise import robust_sigma
     refs = rested_references(passes, marks)
-    return robust_sigma([passes[i].duration_s / refs[i] for i in quiet(passes, marks) if not heats(passes[i].new_tokens)])
+    return robust_sigma([passes[i].duration_s / refs[i] for i in quiet(passes, marks) if not heavy(passes[i])])
 
 
 def repeat_scatter(passes: list[PassRecord]) -> float:
@@ -139,19 +149,21 @@ def repeat_scatter(passes: list[PassRecord]) -> float:
 
 def fit_response(passes: list[PassRecord], marks: list[dict]) -> tuple[Heat, dict]:
     """The heat model fitted on a heat run: each pass's time over its rested time (as
-    `rested_references`) against the mean of h over it, for every pair of rise and fall times of
-    a grid (`kappas_at`; the scale c takes up what the references miss: a prompt pass from rest
-    heats the card during itself already); the pair with the smallest sum of relative errors
-    wins. Returns (Heat, {kind: mean relative error})."""
+    `rested_references`) against the mean of h over it, for every rise time, fall time and
+    full-load size of a grid (`kappas_at`; the scales c take up what the references miss: a heavy
+    pass from rest heats the card during itself already); the one with the smallest sum of
+    relative errors wins. Returns (Heat, {kind: mean relative error})."""
     if not marks:
         raise ValueError("heat run: no sequences recorded")
     ratio = np.array([p.duration_s for p in passes]) / rested_references(passes, marks)
-    prefill = np.array([heats(p.new_tokens) for p in passes])
     best = None
-    for up in TAU_RESPONSE_GRID_S:
-        for down in TAU_RESPONSE_GRID_S:
-            kappas, _, residual, errors = kappas_at(np.asarray(levels(passes, down, up)), ratio, prefill)
-            if best is None or residual < best[0]:
-                best = (residual, Heat(decode=kappas["decode"], prefill=kappas["prefill"], tau_s=down, tau_up_s=up),
-                        errors)
+    for full in FULL_TOKENS_GRID:
+        u = np.array([Heat(full_tokens=full).load(p.new_tokens) for p in passes])
+        for up in TAU_RESPONSE_GRID_S:
+            for down in TAU_RESPONSE_GRID_S:
+                shape = Heat(tau_s=down, tau_up_s=up, full_tokens=full)
+                kappas, _, residual, errors = kappas_at(np.asarray(levels(passes, shape)), u, ratio)
+                if best is None or residual < best[0]:
+                    best = (residual, Heat(decode=kappas["decode"], prefill=kappas["prefill"], tau_s=down,
+                                           tau_up_s=up, full_tokens=full), errors)
     return best[1], best[2]

@@ -1,22 +1,26 @@
-"""How much recent prompt work slows the GPU's next passes.
+"""How much recent work at the card's power limit slows the GPU's next passes.
 
-Measured on the H200 by design (`python -m calibrate heat`, `results/calibration`): prompt
-passes run near the card's arithmetic peak, and its power limit (700 W): after some tens of
-milliseconds of them nvidia-smi shows the SM clock pulled down from 1,980 to 1,400-1,600 MHz
-(reason: software power cap). Back-to-back prompt passes of 4,096 tokens ran 21.8 ms rested,
-then slower pass by pass to about +11% by the fourth or fifth; decode passes just after ran
-about 7% slower and recovered within 50-100 ms. The model: a level h between 0 (rested) and
-1 (after long prompt work) that rises during passes of prompt tokens only (`heats`) and falls
-during the others and while idle,
+Measured on the H200 by design (`python -m calibrate heat`, `results/calibration`): passes of
+many tokens (long prompts, chunks of 2,048 tokens with or without decodes beside them) run near
+the card's arithmetic peak and its power limit (700 W): after some tens of milliseconds of them
+nvidia-smi shows the SM clock pulled down from 1,980 to 1,400-1,600 MHz (reason: software power
+cap). Back-to-back prompt passes of 4,096 tokens ran 21.9 ms rested, then slower pass by pass to
+about +10% by the fourth to sixth; decode passes just after ran 6-7% slower and recovered within
+50-100 ms; prompts of 512 tokens, back to back, settled 2.5% slower.
 
-    dh/dt = (1 - h) / tau_up_s   during such a pass,    dh/dt = -h / tau_s   otherwise,
+The model: a level h between 0 (rested) and 1 (at the power limit for long) that moves towards
+the load u of the pass running (u = min(1, prompt tokens / full_tokens): the share of the power
+limit a pass of that many prompt or chunk tokens draws, decode tokens not counted; 0 while
+idle), rising with tau_up_s and falling with tau_s,
 
-and a pass takes (1 + kappa * the mean of h over its own run) times its rested time, with one
-kappa for passes of prompt tokens only (`prefill`) and one for the others (`decode`, mixed
-passes included). The mean over the pass's run matters for long passes: one of 65,536 tokens
-(0.3 s) from rest spends most of its time throttled; h at its start alone had priced the closed
-runs' large first passes 5-8% short. Stored in the calibration file's optional "heat" field
-(none: no effect); tau_up_s 0 (older files) means tau_s.
+    dh/dt = (u - h) / tau_up_s  when u > h,      (u - h) / tau_s  otherwise,
+
+and a pass takes (1 + kappa(u) * the mean of h over its own run) times its rested time, kappa(u)
+= decode + (prefill - decode) * u: a pass of few tokens (memory-bound) slows as decode passes
+do, one at full load as prompt passes do. The mean over the pass's own run matters for long
+passes: one of 65,536 tokens (0.37 s) from rest spends most of its time throttled. Stored in the
+calibration file's optional "heat" field (none: no effect). Older files: tau_up_s 0 means tau_s,
+and full_tokens 0 means the load is 1 for a pass of prompt tokens only and 0 for any other.
 """
 from __future__ import annotations
 
@@ -29,24 +33,26 @@ MAX_TAU_S = 10.0
 
 
 def heats(new_tokens) -> bool:
-    """A pass of prompt tokens only (prompts or chunks, no decodes): one that runs near the card's
-    arithmetic peak. Mixed passes (a chunk beside decodes) count as decode passes: chunked
-    prefill's, a chunk beside many decodes in every pass, did not slow the H200 down."""
+    """A pass of prompt tokens only (prompts or chunks, no decodes): the passes that load the card
+    fully under the rule of older calibration files (full_tokens 0)."""
     return all(n > 1 for n in new_tokens)
 
 
 @dataclass(frozen=True)
 class Heat:
-    decode: float = 0.0    # a decode pass's slow-down after long prompt work (0.1: 10% longer)
-    prefill: float = 0.0   # ... a pass of prompt tokens only
-    tau_s: float = 0.0     # how fast the level falls (other passes, idle), seconds
-    tau_up_s: float = 0.0  # how fast it rises during prompt passes, seconds (0: tau_s)
+    decode: float = 0.0    # a pass of few tokens: its slow-down at h = 1 (0.1: 10% longer)
+    prefill: float = 0.0   # ... a pass at full load
+    tau_s: float = 0.0     # how fast the level falls (lighter passes, idle), seconds
+    tau_up_s: float = 0.0  # how fast it rises, seconds (0: tau_s)
+    full_tokens: int = 0   # a pass of this many tokens loads the card fully, fewer in proportion (0: see heats)
 
     def __post_init__(self) -> None:
         for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S)):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
+        if not isinstance(self.full_tokens, int) or isinstance(self.full_tokens, bool) or self.full_tokens < 0:
+            raise ValueError(f"heat.full_tokens must be a whole number of tokens >= 0, got {self.full_tokens!r}")
         if (self.decode or self.prefill) and not self.tau_s:
             raise ValueError("heat.tau_s must be above 0 when heat.decode or heat.prefill is")
 
@@ -63,8 +69,20 @@ class Heat:
     def rise_s(self) -> float:
         return self.tau_up_s or self.tau_s
 
+    def load(self, new_tokens) -> float:
+        """u of a pass with these new tokens per sequence: its prompt tokens (the sequences' with more
+        than one) over full_tokens (decode tokens do not count: the heat run's sustained decode
+        passes did not heat the card)."""
+        if not self.full_tokens:
+            return 1.0 if heats(new_tokens) else 0.0
+        return min(1.0, sum(n for n in new_tokens if n > 1) / self.full_tokens)
+
+    def kappa(self, u: float) -> float:
+        return self.decode + (self.prefill - self.decode) * u
+
     def as_dict(self) -> dict:
-        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s}
+        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s,
+                "full_tokens": self.full_tokens}
 
 
 class HeatState:
@@ -76,66 +94,64 @@ class HeatState:
         self.at = 0.0
 
     def value(self, t: float) -> float:
-        """h at time t (no prompt pass since `at`)."""
+        """h at time t (idle since `at`)."""
         if not self.heat.tau_s or t <= self.at:
             return self.level
         return self.level * math.exp(-(t - self.at) / self.heat.tau_s)
 
-    def mean(self, start: float, duration: float, prefill: bool) -> float:
-        """The mean of h over a pass from `start` for `duration` seconds."""
+    def _tau(self, h: float, u: float) -> float:
+        return self.heat.rise_s if u > h else self.heat.tau_s
+
+    def mean(self, start: float, duration: float, u: float) -> float:
+        """The mean of h over a pass of load u from `start` for `duration` seconds."""
         h = self.value(start)
-        tau = self.heat.rise_s if prefill else self.heat.tau_s
+        tau = self._tau(h, u)
         if duration <= 0 or not tau:
             return h
         w = tau / duration * (1.0 - math.exp(-duration / tau))  # the mean of e^(-t/tau) over the pass
-        return 1.0 + (h - 1.0) * w if prefill else h * w
+        return u + (h - u) * w
 
-    def factor(self, t: float, prefill: bool = False, duration: float = 0.0) -> float:
-        """A pass starting at t and running `duration` seconds (of prompt tokens only or not)
-        takes this many times its rested time: 1 + kappa * the mean of h over it."""
-        kappa = self.heat.prefill if prefill else self.heat.decode
+    def factor(self, t: float, u: float = 0.0, duration: float = 0.0) -> float:
+        """A pass of load u starting at t and running `duration` seconds takes this many times its
+        rested time: 1 + kappa(u) * the mean of h over it."""
+        kappa = self.heat.kappa(u)
         if not kappa:
             return 1.0
-        return 1.0 + kappa * self.mean(t, duration, prefill)
+        return 1.0 + kappa * self.mean(t, duration, u)
 
-    def slowed(self, start: float, rested: float, prefill: bool) -> float:
-        """The time of a pass that takes `rested` seconds rested, starting at `start` (its factor
-        depends on its own length: two substitutions, well within 0.1%)."""
+    def slowed(self, start: float, rested: float, u: float) -> float:
+        """The time of a pass of load u that takes `rested` seconds rested, starting at `start` (its
+        factor depends on its own length: two substitutions, well within 0.1%)."""
         duration = rested
         for _ in range(2):
-            duration = rested * self.factor(start, prefill, duration)
+            duration = rested * self.factor(start, u, duration)
         return duration
 
-    def mean_factor(self, start: float, duration: float) -> float:
-        """The mean factor of decode passes from `start` for `duration` seconds (the simulator's
+    def mean_factor(self, start: float, duration: float, u: float = 0.0) -> float:
+        """The mean factor of passes of load u from `start` for `duration` seconds (the simulator's
         fast-forward prices a run of decode passes at it: their total time is right, the first
         are a little short and the last a little long)."""
-        return self.factor(start, False, duration)
+        return self.factor(start, u, duration)
 
-    def passed(self, start: float, duration: float, prefill: bool) -> None:
-        """A pass ran from start for duration seconds (of prompt tokens only or not)."""
+    def passed(self, start: float, duration: float, u: float) -> None:
+        """A pass of load u ran from start for duration seconds."""
         if not self.heat.tau_s:
             return
         h = self.value(start)
-        if prefill:
-            h = 1.0 + (h - 1.0) * math.exp(-duration / self.heat.rise_s)
-        else:
-            h *= math.exp(-duration / self.heat.tau_s)
-        self.level, self.at = h, start + duration
+        tau = self._tau(h, u)
+        self.level, self.at = u + (h - u) * math.exp(-duration / tau), start + duration
 
 
-def levels(passes, tau_s: float, tau_up_s: float = 0.0) -> list[float]:
+def levels(passes, heat: Heat) -> list[float]:
     """The mean of h over every pass of a logged run (PassRecords, any order; each replica's GPU
-    on its own; each pass over its logged time), for a level falling with `tau_s` and rising
-    with `tau_up_s` (0: tau_s)."""
+    on its own; each pass over its logged time), for `heat`'s time constants and loads."""
     states: dict = {}
     out = {}
-    shape = Heat(tau_s=tau_s, tau_up_s=tau_up_s)
     for p in sorted(passes, key=lambda p: p.start_s):
-        state = states.setdefault(getattr(p, "replica", 0), HeatState(shape))
-        prefill = heats(p.new_tokens)
-        out[id(p)] = state.mean(p.start_s, p.duration_s, prefill)
-        state.passed(p.start_s, p.duration_s, prefill)
+        state = states.setdefault(getattr(p, "replica", 0), HeatState(heat))
+        u = heat.load(p.new_tokens)
+        out[id(p)] = state.mean(p.start_s, p.duration_s, u)
+        state.passed(p.start_s, p.duration_s, u)
     return [out[id(p)] for p in passes]
 
 
@@ -143,8 +159,7 @@ def factors(passes, heat: Heat) -> list[float]:
     """The factor of every pass of a logged run (as `levels`)."""
     if heat.zero:
         return [1.0] * len(passes)
-    return [1.0 + (heat.prefill if heats(p.new_tokens) else heat.decode) * h
-            for p, h in zip(passes, levels(passes, heat.tau_s, heat.tau_up_s))]
+    return [1.0 + heat.kappa(heat.load(p.new_tokens)) * h for p, h in zip(passes, levels(passes, heat))]
 
 
 def logged_times(cost, passes) -> list[float]:

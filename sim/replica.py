@@ -23,7 +23,7 @@ from core.records import PassRecord
 from core.scheduler import ScheduledPass, Scheduler, Sequence
 from sim.cost import CostModel
 from sim.fastforward import admits_newcomers, apply_passes, is_steady, steady_passes
-from sim.heat import HeatState, heats
+from sim.heat import HeatState
 from sim.host import HostTime
 
 
@@ -249,9 +249,9 @@ class Replica:
         start = env.now
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
-            prefill = heats(plan.new_tokens)
-            duration = self.heat.slowed(start, duration, prefill)
-            self.heat.passed(start, duration, prefill)
+            u = self.heat.heat.load(plan.new_tokens)
+            duration = self.heat.slowed(start, duration, u)
+            self.heat.passed(start, duration, u)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
         yield env.timeout(duration)
@@ -275,7 +275,7 @@ class Replica:
         if valid < k:
             k = valid
         if k > 1 and self.heat is not None:  # slowed by recent prompt work: by its mean over the run
-            f = self.heat.mean_factor(self.env.now, run_time(a, b, k))
+            f = self.heat.mean_factor(self.env.now, run_time(a, b, k), self.heat.heat.load(plan.new_tokens))
             a, b = a * f, b * f
         return (k, a, b) if k > 1 else None
 
@@ -298,8 +298,8 @@ class Replica:
                 yield env.timeout(end - env.now)
         self.interruptible = False
         self.run = None
-        if self.heat is not None:  # (decode passes only let it cool)
-            self.heat.passed(start, env.now - start, False)
+        if self.heat is not None:
+            self.heat.passed(start, env.now - start, self.heat.heat.load(plan.new_tokens))
         self.last_start = start + (a * (k - 1) + b * ((k - 1) * (k - 2) // 2))  # run_time(a, b, k - 1)
         self.num_steps += 1
         times = None

@@ -8,9 +8,10 @@ import pytest
 from calibrate.heat import fit_response, rested_references
 from calibrate.response import segments
 from core.records import PassRecord, pass_kind
-from sim.heat import Heat, HeatState, heats
+from sim.heat import Heat, HeatState
 
-RESTED = {"probe b64 c512": 0.002, "prompt n4096": 0.02, "prompts 16x4096": 0.3}
+RESTED = {"probe b64 c512": 0.002, "prompt n4096": 0.02, "prompts 16x4096": 0.3, "mixed n2048 b64": 0.018,
+          "prompt n2048": 0.01, "prompt n512": 0.0035}
 
 
 def designed_run(truth: Heat, noise: float = 0.002, step_at: int | None = None, seed: int = 0):
@@ -25,9 +26,10 @@ def designed_run(truth: Heat, noise: float = 0.002, step_at: int | None = None, 
             speed = 0.95 if step_at is not None and rep * 100 + index >= step_at else 1.0
             for shape in seq:
                 new, ctx = [n for _, n in shape.seqs], [c for c, _ in shape.seqs]
-                d = state.slowed(t, RESTED[shape.group] * speed, heats(new)) * (1 + noise * rng.standard_normal())
+                u = truth.load(new)
+                d = state.slowed(t, RESTED[shape.group] * speed, u) * (1 + noise * rng.standard_normal())
                 passes.append(PassRecord("heat-x", "continuous", len(passes), pass_kind(new, ctx), new, ctx, t, d))
-                state.passed(t, d, heats(new))
+                state.passed(t, d, u)
                 t += d + 1e-5
             marks.append({"segment": name, "repeat": rep, "t0_s": 0.0, "first": first, "last": len(passes) - 1})
     return passes, marks
@@ -35,11 +37,11 @@ def designed_run(truth: Heat, noise: float = 0.002, step_at: int | None = None, 
 
 @pytest.mark.parametrize("step_at", [None, 4])
 def test_the_fit_recovers_a_known_heat_from_a_designed_run(step_at):
-    truth = Heat(decode=0.10, prefill=0.15, tau_s=0.04, tau_up_s=0.06)
+    truth = Heat(decode=0.10, prefill=0.15, tau_s=0.04, tau_up_s=0.06, full_tokens=2048)
     heat, errors = fit_response(*designed_run(truth, step_at=step_at))
-    assert (heat.tau_s, heat.tau_up_s) == (0.04, 0.06)
+    assert (heat.tau_s, heat.tau_up_s, heat.full_tokens) == (0.04, 0.06, 2048)
     assert heat.decode == pytest.approx(0.10, abs=0.005) and heat.prefill == pytest.approx(0.15, abs=0.01)
-    assert errors["decode"] < 0.005 and errors["prefill"] < 0.005
+    assert errors["decode"] < 0.005 and errors["prefill"] < 0.01
 
 
 def test_rested_references_are_per_sequence_and_quiet():

@@ -15,14 +15,14 @@ from tests.sim_helpers import trace_of
 def test_the_integrator_fills_during_prefill_and_leaks_after():
     s = HeatState(Heat(decode=0.1, prefill=0.3, tau_s=0.01))
     assert s.factor(0.0) == 1.0
-    s.passed(0.0, 0.01, prefill=True)  # H = tau (1 - e^-1)
+    s.passed(0.0, 0.01, u=1.0)  # H = tau (1 - e^-1)
     assert math.isclose(s.factor(0.01), 1 + 0.1 * (1 - math.exp(-1)))
     assert math.isclose(s.factor(0.02), 1 + 0.1 * (1 - math.exp(-1)) * math.exp(-1))
-    s.passed(0.02, 0.005, prefill=False)  # decode passes only let it cool
+    s.passed(0.02, 0.005, u=0.0)  # decode passes only let it cool
     assert math.isclose(s.factor(0.025), 1 + 0.1 * (1 - math.exp(-1)) * math.exp(-1.5))
-    assert math.isclose(s.factor(0.025, prefill=True), 1 + 0.3 * (1 - math.exp(-1)) * math.exp(-1.5))
+    assert math.isclose(s.factor(0.025, u=1.0), 1 + 0.3 * (1 - math.exp(-1)) * math.exp(-1.5))
     long = HeatState(Heat(decode=0.1, tau_s=0.01))
-    long.passed(0.0, 1.0, prefill=True)
+    long.passed(0.0, 1.0, u=1.0)
     assert math.isclose(long.factor(1.0), 1.1)  # saturated
 
 
@@ -46,13 +46,29 @@ def test_factors_of_a_logged_stream():
 def test_the_level_rises_and_falls_at_their_own_rates():
     heat = Heat(decode=0.1, prefill=0.2, tau_s=0.01, tau_up_s=0.04)
     s = HeatState(heat)
-    s.passed(0.0, 0.04, prefill=True)  # one tau_up of prompt work
+    s.passed(0.0, 0.04, u=1.0)  # one tau_up of prompt work
     assert math.isclose(s.value(0.04), 1 - math.exp(-1))
     assert math.isclose(s.value(0.05), (1 - math.exp(-1)) * math.exp(-1))  # one tau_s idle
     # a 40 ms prompt pass from rest: the mean of h over it is 1 - (1 - e^-1) = e^-1
-    assert math.isclose(HeatState(heat).factor(0.0, True, 0.04), 1 + 0.2 * math.exp(-1))
+    assert math.isclose(HeatState(heat).factor(0.0, 1.0, 0.04), 1 + 0.2 * math.exp(-1))
     assert Heat(tau_s=0.01).rise_s == 0.01 and Heat(tau_s=0.01, tau_up_s=0.03).rise_s == 0.03
     assert Heat.from_dict({"decode": 0.1, "prefill": 0.1, "tau_s": 0.05}).rise_s == 0.05  # older files
+
+
+def test_a_pass_loads_the_card_by_its_tokens():
+    heat = Heat(decode=0.08, prefill=0.12, tau_s=0.03, tau_up_s=0.08, full_tokens=2048)
+    assert heat.load([512]) == 0.25 and heat.load([1] * 64 + [2048]) == 1.0 and heat.load([1] * 1024) == 0.0
+    assert heat.kappa(0.25) == pytest.approx(0.08 + 0.04 * 0.25)
+    s = HeatState(heat)
+    for i in range(400):  # 512-token passes of 3 ms back to back (15 tau_up): h settles at their load
+        s.passed(i * 0.003, 0.003, 0.25)
+    assert s.value(1.2) == pytest.approx(0.25, rel=1e-3)
+    assert s.factor(1.2, 0.25, 0.003) == pytest.approx(1 + heat.kappa(0.25) * 0.25, rel=1e-3)
+    s.passed(1.2, 0.003, 0.0)  # a lighter pass: h falls towards 0 with tau_s
+    assert s.value(1.203) == pytest.approx(0.25 * math.exp(-0.1), rel=1e-3)
+    # older files: prompt passes load fully, the others not at all
+    old = Heat(decode=0.1, prefill=0.1, tau_s=0.05)
+    assert old.load([100, 3]) == 1.0 and old.load([100, 1]) == 0.0
 
 
 def prompt_then_decode(rested, heat):
