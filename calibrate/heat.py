@@ -80,14 +80,14 @@ def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2,
     return fit(rested(passes, heat)), heat
 
 
-TAU_RESPONSE_GRID_S = (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15)
-FULL_TOKENS_GRID = (0, 512, 1024, 2048, 4096)  # 0: the older rule (prompt passes load the card fully)
+TAU_RESPONSE_GRID_S = (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.12)
+FULL_TOKENS_GRID = (0, 1024, 2048, 4096)  # 0: the older rule (prompt passes load the card fully)
 QUIET_S = 0.15  # a pass this long after the last heavy pass ended counts as rested
-HEAVY_TOKENS = 256  # a pass of this many tokens (or of prompt tokens only) counts as heavy
+HEAVY_TOKENS = 256  # a pass of this many prompt tokens (or of prompt tokens only) counts as heavy
 
 
 def heavy(p: PassRecord) -> bool:
-    return heats(p.new_tokens) or sum(p.new_tokens) >= HEAVY_TOKENS
+    return heats(p.new_tokens) or sum(n for n in p.new_tokens if n > 1) >= HEAVY_TOKENS
 
 
 def quiet(passes: list[PassRecord], marks: list[dict], quiet_s: float = QUIET_S) -> list[int]:

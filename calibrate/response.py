@@ -14,7 +14,12 @@ prompt pass, nor how fast the card recovers. Here, each after a rest of `rest_s`
 - `decode`:   the probe 1,000 times from rest (decode work alone does not heat the card);
 - `mixed K`, `chunks K`, `small K`: K passes of a 2,048-token chunk beside 64 decodes (as chunked
               prefill builds them), of a 2,048-token prompt, of a 512-token prompt, then the probe
-              400 times: which passes heat the card besides long prompts.
+              400 times: which passes heat the card besides long prompts;
+- `after 30, bB cC`: 30 prompt passes, then 300 decode passes of B sequences on C cached
+              positions (B 16, 256, 512): how much decode passes of other sizes slow;
+- `serving`:  10 s of 4,096-token prompt passes each followed by 10 decode passes of 256
+              sequences on 1,024 cached positions, as a saturated engine alternates them: whether
+              the slow-down keeps growing past the bursts' 2 s.
 
 Every segment `repeats` times, round-robin; passes launched as the serving loop launches them
 (`run_sweep(launch="served")`), timed with CUDA events, start times on one clock for the run.
@@ -34,12 +39,15 @@ BURSTS = (1, 3, 10, 30, 100)
 
 
 MIXED = Shape("mixed n2048 b64", tuple((512, 1) for _ in range(64)) + ((0, 2048),))
+DECODES = (Shape("decode b16 c512", tuple((512, 1) for _ in range(16))),
+           Shape("decode b256 c1024", tuple((1024, 1) for _ in range(256))),
+           Shape("decode b512 c2048", tuple((2048, 1) for _ in range(512))))
 CHUNK = Shape("prompt n2048", ((0, 2048),))
 SMALL = Shape("prompt n512", ((0, 512),))
 
 
 def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, big: Shape = BIG, mixed: Shape = MIXED,
-             chunk: Shape = CHUNK, small: Shape = SMALL) -> list[tuple[str, list[Shape]]]:
+             chunk: Shape = CHUNK, small: Shape = SMALL, decodes: tuple = DECODES) -> list[tuple[str, list[Shape]]]:
     """The designed sequences, each (name, shapes in order); `scale` < 1 shortens them, and a CPU
     smoke run passes smaller shapes."""
     def n(k: int) -> int:
@@ -50,13 +58,17 @@ def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, b
             ("decode", [probe] * n(1000))]
     out += [("mixed 60", [mixed] * n(60) + [probe] * n(400)), ("chunks 60", [chunk] * n(60) + [probe] * n(400)),
             ("small 200", [small] * n(200) + [probe] * n(400))]
+    out += [(f"after 30, {d.group.removeprefix('decode ')}", [prompt] * n(30) + [d] * n(300)) for d in decodes]
+    out += [("serving", ([prompt] + [decodes[1]] * 10) * n(200))]
     return out
 
 
 CPU_SHAPES = {"probe": Shape("probe b4 c32", tuple((32, 1) for _ in range(4))), "prompt": Shape("prompt n64", ((0, 64),)),
               "big": Shape("prompts 4x64", tuple((0, 64) for _ in range(4))),
               "mixed": Shape("mixed n32 b4", tuple((32, 1) for _ in range(4)) + ((0, 32),)),
-              "chunk": Shape("prompt n32", ((0, 32),)), "small": Shape("prompt n16", ((0, 16),))}
+              "chunk": Shape("prompt n32", ((0, 32),)), "small": Shape("prompt n16", ((0, 16),)),
+              "decodes": (Shape("decode b2 c32", ((32, 1),) * 2), Shape("decode b8 c64", ((64, 1),) * 8),
+                          Shape("decode b16 c64", ((64, 1),) * 16))}
 
 
 def measure(runner, plan, repeats: int, rest_s: float, run_id: str, progress=None) -> tuple[list[PassRecord], list[dict]]:
