@@ -280,9 +280,12 @@ def fit_main(argv: list[str]) -> int:
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
     print(f"after prompt work: decode up to {heat.decode:.1%} slower, prefill {heat.prefill:.1%}, rising over "
-          f"{heat.rise_s * 1e3:.0f} ms of it, recovering over {heat.tau_s * 1e3:.0f} ms (sim.heat; fitted on "
+          f"{heat.rise_s * 1e3:.0f} ms of it, recovering over {heat.tau_s * 1e3:.0f} ms, full load at "
+          f"{heat.full_tokens or 'any'} prompt tokens (sim.heat; fitted on "
           + (f"heat run {heat_run['run_id']}: mean error decode {heat_errors['decode']:.2%}, prefill "
-             f"{heat_errors['prefill']:.2%})" if heat_run else "the sweep's own pass stream)"))
+             f"{heat_errors['prefill']:.2%}" + "".join(f"; {k} passes measured / priced {v:+.2%}" for k, v in
+                                                       heat_errors.items() if k.startswith("checked")) + ")"
+             if heat_run else "the sweep's own pass stream)"))
     if host_basis:
         print("host time: " + ", ".join(f"{k} {v}" if k == "graph_tokens" else f"{k} {v * 1e6:.1f} us"
                                         for k, v in doc["host"].items()) +

@@ -147,23 +147,42 @@ def repeat_scatter(passes: list[PassRecord]) -> float:
     return robust_sigma([d / float(np.median(times)) for times in by_shape.values() if len(times) > 1 for d in times])
 
 
-def fit_response(passes: list[PassRecord], marks: list[dict]) -> tuple[Heat, dict]:
+CHECKED = ("serving",)  # heat-run sequences held out of the fit: the model is checked on them
+
+
+def fit_response(passes: list[PassRecord], marks: list[dict], checked=CHECKED) -> tuple[Heat, dict]:
     """The heat model fitted on a heat run: each pass's time over its rested time (as
     `rested_references`) against the mean of h over it, for every rise time, fall time and
     full-load size of a grid (`kappas_at`; the scales c take up what the references miss: a heavy
     pass from rest heats the card during itself already); the one with the smallest sum of
-    relative errors wins. Returns (Heat, {kind: mean relative error})."""
+    relative errors wins. The sequences named in `checked` (prompt and decode passes alternating
+    as a saturated engine runs them) are left out of the fit and priced by it. Returns (Heat,
+    {kind: mean relative error of the fit, "checked " + kind: the checked sequences' mean of
+    measured / priced - 1})."""
     if not marks:
         raise ValueError("heat run: no sequences recorded")
     ratio = np.array([p.duration_s for p in passes]) / rested_references(passes, marks)
+    held = np.zeros(len(passes), bool)
+    for m in marks:
+        if m["segment"] in checked:
+            held[m["first"]:m["last"] + 1] = True
+    fit = ~held
     best = None
     for full in FULL_TOKENS_GRID:
         u = np.array([Heat(full_tokens=full).load(p.new_tokens) for p in passes])
         for up in TAU_RESPONSE_GRID_S:
             for down in TAU_RESPONSE_GRID_S:
                 shape = Heat(tau_s=down, tau_up_s=up, full_tokens=full)
-                kappas, _, residual, errors = kappas_at(np.asarray(levels(passes, shape)), u, ratio)
+                h = np.asarray(levels(passes, shape))
+                kappas, scales, residual, errors = kappas_at(h[fit], u[fit], ratio[fit])
                 if best is None or residual < best[0]:
                     best = (residual, Heat(decode=kappas["decode"], prefill=kappas["prefill"], tau_s=down,
-                                           tau_up_s=up, full_tokens=full), errors)
-    return best[1], best[2]
+                                           tau_up_s=up, full_tokens=full), errors, scales)
+    heat, errors, scales = best[1], dict(best[2]), best[3]
+    if held.any():  # priced as the fit prices its own passes: c * factor
+        priced = np.asarray(factors(passes, heat))
+        u = np.array([heat.load(p.new_tokens) for p in passes])
+        for kind, sel in (("decode", held & (u < 0.5)), ("prefill", held & (u >= 0.5))):
+            if sel.any():
+                errors["checked " + kind] = float(np.mean(ratio[sel] / (scales[kind] * priced[sel])) - 1)
+    return heat, errors
