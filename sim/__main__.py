@@ -61,7 +61,7 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
     p.add_argument("--no-fast-forward", dest="fast_forward", action="store_false",
                    help="step every pass (same results, slower)")
     p.add_argument("--replications", type=int, default=1,
-                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two)")
+                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two, --noise)")
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
     p.add_argument("--out", type=Path, default=None, help="directory for records and metrics")
