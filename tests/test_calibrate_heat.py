@@ -5,10 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.heat import fit_response, rested_references
-from calibrate.response import CPU_SHAPES, segments
-from core.records import PassRecord, pass_kind
-from sim.heat import Heat, HeatState
+pytest.importorskip("torch", reason="calibrate sits above the engine (its heat run's shapes are the engine sweep's)")
+
+from calibrate.heat import fit_response, rested_references  # noqa: E402
+from calibrate.response import CPU_SHAPES, segments  # noqa: E402
+from core.records import PassRecord, pass_kind  # noqa: E402
+from sim.heat import Heat, HeatState  # noqa: E402
 
 RESTED = {"probe b64 c512": 0.002, "prompt n4096": 0.02, "prompts 16x4096": 0.3, "mixed n2048 b64": 0.018,
           "prompt n2048": 0.01, "prompt n512": 0.0035, "decode b16 c512": 0.0018, "decode b256 c1024": 0.0035,
