@@ -1,7 +1,7 @@
 """`python -m calibrate sweep|heat|fit`: time the engine's passes, fit the simulator's cost model.
 
     python -m calibrate sweep                       # on a GPU: a few hundred shapes, ~1 minute
-    python -m calibrate heat                        # on a GPU: prompt work's slow-down, by design, ~2 minutes
+    python -m calibrate heat                        # on a GPU: prompt work's slow-down, by design, ~4 minutes
     python -m calibrate fit --name h200             # results/calibration/h200.json + error report
 
 `sweep` and `heat` write their passes as runs under OUT/calibration/ (default results/ on a GPU,
