@@ -17,9 +17,10 @@ prompt pass, nor how fast the card recovers. Here, each after a rest of `rest_s`
               400 times: which passes heat the card besides long prompts;
 - `after 30, bB cC`: 30 prompt passes, then 300 decode passes of B sequences on C cached
               positions (B 16, 256, 512): how much decode passes of other sizes slow;
-- `serving`:  10 s of 4,096-token prompt passes each followed by 10 decode passes of 256
-              sequences on 1,024 cached positions, as a saturated engine alternates them: whether
-              the slow-down keeps growing past the bursts' 2 s.
+- `serving`:  200 times a 4,096-token prompt pass followed by 10 decode passes of 256 sequences
+              on 1,024 cached positions (15-19 s on the H200), as a saturated engine alternates
+              them: whether the slow-down keeps growing past the bursts' 2 s; the fit holds it out
+              and prices it (`calibrate.heat.CHECKED`).
 
 Every segment `repeats` times, round-robin; passes launched as the serving loop launches them
 (`run_sweep(launch="served")`), timed with CUDA events, start times on one clock for the run.
