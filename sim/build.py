@@ -18,7 +18,7 @@ from core.roofline import get_gpu
 from core.routers import ROUTERS, make_router
 from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
 from sim.cost import CalibratedCost, parse_cost
-from sim.noise import NoisyCost
+from sim.noise import NoisyCost, measured_noise
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
 from traces.download import resolve_trace
@@ -212,8 +212,8 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     if cost_model is not None:
         cost = cost_model
     if spec.noise:
-        noise = getattr(cost, "noise", None)
-        if noise is None or noise.zero:
+        noise = measured_noise(cost)
+        if noise is None:
             raise ValueError(f"--noise: the cost model ({spec.cost}) measured no scatter; --noise needs a "
                              "calibration with a \"noise\" field (calibrated:NAME)")
         cost = NoisyCost(cost, noise, spec.seed)

@@ -28,6 +28,7 @@ from core.metrics import compute_metrics
 from core.records import PassRecord, RequestRecord
 from core.runstore import RunStore
 from sim.heat import logged_times
+from sim.noise import measured_noise
 from traces.trace import Trace
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -123,11 +124,6 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     return float(np.polyfit(t, n, 1)[0]) if t[-1] > t[0] else 0.0
 
 
-def draws_noise(cost_model) -> bool:
-    noise = getattr(cost_model, "noise", None)
-    return noise is not None and not noise.zero
-
-
 def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -> Comparison:
     """The run against its simulation: with `seeds` > 0 (and a cost model that measured the
     engine's scatter) `seeds` simulations with scattered pass and host times, each statistic the
@@ -135,7 +131,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -
     diagnosis the first seed's; else the one simulation without scatter."""
     real = store.requests(row["run_id"])
     real_passes = store.passes(row["run_id"])
-    noisy = seeds > 0 and draws_noise(cost_model)
+    noisy = seeds > 0 and measured_noise(cost_model) is not None
     results = [simulate_like(row, real, cost, seed=i if noisy else None) for i in range(seeds if noisy else 1)]
     result = results[0]
     real_m = compute_metrics(real)

@@ -52,6 +52,12 @@ class Noise:
                 "eager_launch_sigma": self.eager_launch_sigma}
 
 
+def measured_noise(cost) -> Noise | None:
+    """The scatter a cost model measured (a calibration's "noise"), None where it measured none."""
+    noise = getattr(cost, "noise", None)
+    return None if noise is None or noise.zero else noise
+
+
 def robust_sigma(samples) -> float:
     """The scatter of positive samples around their median: 1.4826 x the median absolute deviation
     of their logs (the standard deviation of a log-normal's log, not swayed by outliers)."""
