@@ -241,7 +241,8 @@ def fit_main(argv: list[str]) -> int:
                      and r.get("model") == row["model"]]
         if heat_rows:
             heat_run = heat_rows[-1]
-            measured_heat, heat_errors = fit_response(store.passes(heat_run["run_id"]), heat_run["segments"])
+            heat_passes = store.passes(heat_run["run_id"])
+            measured_heat, heat_errors = fit_response(heat_passes, heat_run["segments"])
         params_train, heat_train = fit_with_heat(train, fit, predict_all, heat=measured_heat)
         predicted_train = np.asarray(predict_all(params_train, passes)) * factors(passes, heat_train)
         errors = error_table(passes, predicted_train, split)
@@ -267,8 +268,7 @@ def fit_main(argv: list[str]) -> int:
         print(f"host time: not measured ({e})")
     # the engine's scatter (sim.noise, --noise): a rested pass's, from the heat run (else the sweep's
     # repeats of a shape), and the host's terms', from the open runs' pass logs
-    pass_sigma = (rested_scatter(store.passes(heat_run["run_id"]), heat_run["segments"]) if heat_run
-                  else repeat_scatter(passes))
+    pass_sigma = rested_scatter(heat_passes, heat_run["segments"]) if heat_run else repeat_scatter(passes)
     doc["noise"] = {"pass_sigma": pass_sigma} | host_sigmas
     doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"])
     out = store.root / f"{name}.json"
