@@ -6,7 +6,7 @@ the card's arithmetic peak and its power limit (700 W): after some tens of milli
 nvidia-smi shows the SM clock pulled down from 1,980 to 1,400-1,600 MHz (reason: software power
 cap). Back-to-back prompt passes of 4,096 tokens ran 21.9 ms rested, then slower pass by pass to
 about +10% by the fourth to sixth; decode passes just after ran 6-7% slower and recovered within
-50-100 ms; prompts of 512 tokens, back to back, settled 2.5% slower.
+50-100 ms; prompts of 512 tokens, back to back, settled 2.5-3.7% slower.
 
 The model: a level h between 0 (rested) and 1 (at the power limit for long) that moves towards
 the load u of the pass running (u = min(1, prompt tokens / full_tokens): the share of the power
@@ -126,12 +126,6 @@ class HeatState:
         for _ in range(2):
             duration = rested * self.factor(start, u, duration)
         return duration
-
-    def mean_factor(self, start: float, duration: float, u: float = 0.0) -> float:
-        """The mean factor of passes of load u from `start` for `duration` seconds (the simulator's
-        fast-forward prices a run of decode passes at it: their total time is right, the first
-        are a little short and the last a little long)."""
-        return self.factor(start, u, duration)
 
     def passed(self, start: float, duration: float, u: float) -> None:
         """A pass of load u ran from start for duration seconds."""

@@ -274,8 +274,10 @@ class Replica:
         a, b, valid = line
         if valid < k:
             k = valid
-        if k > 1 and self.heat is not None:  # slowed by recent prompt work: by its mean over the run
-            f = self.heat.mean_factor(self.env.now, run_time(a, b, k), self.heat.heat.load(plan.new_tokens))
+        if k > 1 and self.heat is not None:
+            # slowed by recent prompt work: the whole run at its mean factor (its total time is
+            # right, its first passes a little short and its last a little long)
+            f = self.heat.factor(self.env.now, self.heat.heat.load(plan.new_tokens), run_time(a, b, k))
             a, b = a * f, b * f
         return (k, a, b) if k > 1 else None
 
