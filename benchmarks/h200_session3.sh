@@ -28,6 +28,9 @@
 #   replicas2  two replicas: the seed workload at 150 req/s (600 requests), two routers; then the 200 req/s runs of
 #              `replicas` again, into $OUT/repeats (for results/continuous-repeats)
 #   repeat150  the 150 req/s two-replica runs of `replicas2` again, into $OUT/repeats
+#   replicas3  two replicas below saturation: the Azure window at 16x (README's what-if: two H200s serve it
+#              within the SLOs) and the seed workload at 120 req/s (60 a replica, 480 requests), two routers each
+#   repeat3    the runs of `replicas3` again, into $OUT/repeats
 #   heat       `python -m calibrate heat`: designed sequences of prompt and decode passes after rests, with
 #              nvidia-smi's clocks beside them (at 624c194 this was benchmarks/heat_response.py, into $OUT/heat)
 #   closed5    the `closed` runs with the seed's protocol (2 warm-ups, 5 recorded runs), and the five-prompt mix
@@ -85,6 +88,11 @@ for part in "$@"; do
     repeat150)
       unset CUDA_VISIBLE_DEVICES
       run 150 python3 -m engine serve-trace --out $OUT/repeats --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding ;;
+    replicas3|repeat3)
+      unset CUDA_VISIBLE_DEVICES
+      [ $part = replicas3 ] && to=$R || to=$OUT/repeats
+      run 150 python3 -m engine serve-trace --out $to --trace $AZURE --window 1200:1520 --rate-scale 16 --replicas 2 --router round-robin,least-outstanding --name azure
+      run 100 python3 -m engine serve-trace --out $to --rates 120 --requests 480 --replicas 2 --router round-robin,least-outstanding ;;
     heat) run 300 python3 -m calibrate heat --out $R ;;
     closed5)
       bench="python3 -m engine bench --engine continuous --warmup 2 --runs 5 --out $OUT/closed5"

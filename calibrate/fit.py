@@ -28,7 +28,7 @@ from sim.cost import RooflineCost
 
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
          "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3,
-         "eager_s": 1e-3, "shared": 0.9}
+         "eager_s": 1e-3, "shared": 0.9, "tail": 0.75}
 # The waves a kernel's programs run in: the GPU's SMs (a sweep row's "sms" wins; else this table,
 # from the vendors' specs) times the programs of a kernel resident on one SM at once (decode
 # attention: 4, its registers and shared memory allow; chunk attention's 128-row tiles: 1).
@@ -198,7 +198,7 @@ def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarr
         full = np.floor(P / C)
         rest = P - full * C
         lat = (blk + 1) * tb
-        waves = full * np.maximum(lat, C * blk * rb) + np.where(rest > 0, np.maximum(lat, rest * blk * rb), 0.0)
+        waves = full * np.maximum(lat, C * blk * rb) + np.where(rest > 0, lat + rate["tail"] * rest * blk * rb, 0.0)
         attention = (np.maximum(waves, (f.crit[sel] + 1) * tb) + f.merges[sel] * rate["merge_s"]
                      + P * rate["program_s"])
         out[sel] = graph[f.graph[sel]] + attention
@@ -319,6 +319,8 @@ def _show(name: str, v: float) -> str:
         return f"serial {v * 1e9:.2f} ns/position"
     if name == "shared":
         return f"shared {v:.3f} (a wave's time, past the first)"
+    if name == "tail":
+        return f"tail {v:.3f} (the last wave's reads, of their time at kv)"
     if name in PER:
         return f"{name.removesuffix('_s')} {v * 1e9:,.1f} ns/{PER[name]}"
     short = name.removesuffix("_s").removesuffix("_gbs").removesuffix("_tflops")

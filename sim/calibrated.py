@@ -1,5 +1,5 @@
 """The continuous engine's measured pass time: the cost model `calibrate fit` writes and the
-simulator reads (`--cost calibrated:h200`, or a file in the format "llm-sim-cost/v4").
+simulator reads (`--cost calibrated:h200`, or a file in the format "llm-sim-cost/v5").
 
 A pass falls in one of three regimes, as the engine runs it:
 
@@ -48,14 +48,18 @@ sequences):
     full, rest = P // C, P - full * C                   full waves, the last wave's programs
     lat     = (blocks(Lbar) + 1) * block_s              a wave's longest walk (a block to start)
     waves   = full * max(lat, C * blocks * block_bytes / kv_gbs)
-              + max(lat, rest * blocks * block_bytes / kv_gbs)     (if rest > 0)
+              + lat + tail * rest * blocks * block_bytes / kv_gbs    (if rest > 0)
     decode_attention = max(waves, (blocks(Lm) + 1) * block_s) + live(Lm) * merge_s + P * program_s
 
-a wave lasts as long as its longest program's walk or its programs' reads at the KV bandwidth,
-whichever is longer (block_bytes: one KV head's K and V of block_n positions over every layer);
-the longest context's slice can outlast the waves; its live slices are merged by the last.
-`block_s`, `merge_s`, `program_s` and `kv_gbs` have a value for small batches (the first
-slicing) and one for batches that fill the GPU.
+a full wave lasts as long as its longest program's walk or its programs' reads at the KV
+bandwidth, whichever is longer (block_bytes: one KV head's K and V of block_n positions over
+every layer); the last, partial wave (the only one when P < C) a walk and its reads at `tail`
+times their time at the bandwidth: neither bound alone holds there (the sweep at f3d1ca4: 16
+programs past a full wave of 2,048-position slices add 0.6 ms, a walk; 496 add 1.6 ms, a walk and
+about three quarters of their reads' time; a fitted `max` of the two missed the partial waves by
+up to 10%). The longest context's slice can outlast the waves; its live slices are merged by the
+last. `block_s`, `merge_s`, `program_s`, `kv_gbs` and `tail` have a value for small batches (the
+first slicing) and one for batches that fill the GPU.
 
 Chunk attention (`chunk_waves`), prefill and mixed passes: the kernel's programs are tiles of
 `tile_tokens` query tokens of one sequence and one KV head, sequence i has t_i = ceil(n_i /
@@ -98,7 +102,7 @@ from sim.host import HostTime
 from sim.noise import Noise
 from traces.trace import MAX_ARRIVAL_S
 
-FORMAT = "llm-sim-cost/v4"
+FORMAT = "llm-sim-cost/v5"
 # A decode line's longest run: its slope, the difference of two passes' times, carries their
 # rounding (~1e-16 of a pass), which j passes later is j times larger: under 1e-12 of a pass here.
 LINE_MAX = 1024
@@ -109,9 +113,9 @@ ALWAYS = 1 << 62
 MIN_RATE = 1e-6
 UNITS = {"fixed_s": "s", "graph_s": "s", "eager_s": "s", "per_seq_s": "s", "serial_s_per_token": "s", "block_s": "s",
          "merge_s": "s", "program_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s", "matmul_tflops": "TFLOP/s",
-         "shared": "x"}
+         "shared": "x", "tail": "x"}
 DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
-DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s")
+DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail")
 PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
 RANGE = ("pass_tokens", "decode_batch", "context")  # the sweep's largest shapes (`calibrate.fit.sweep_range`)
@@ -250,13 +254,14 @@ class CalibratedCost:
 
     def _attention_parts(self, big: bool, P: float, blk: float, crit: float, merges: float) -> tuple:
         """decode_attention's pieces: full waves, a wave's latency, a full wave's read, the last
-        wave's read, its programs, the longest slice's latency, the merges' and programs' time."""
+        wave's read (at `tail` times the bandwidth's time), its programs, the longest slice's
+        latency, the merges' and programs' time."""
         rates = self.pd_rates[big]
         tb, C = rates["block_s"], self.decode_wave
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0  # a block's read
         full = math.floor(P / C)
         rest = P - full * C
-        return (full, (blk + 1) * tb, C * blk * rb, rest * blk * rb, rest, (crit + 1) * tb,
+        return (full, (blk + 1) * tb, C * blk * rb, rates["tail"] * rest * blk * rb, rest, (crit + 1) * tb,
                 merges * rates["merge_s"] + P * rates["program_s"])
 
     def chunk_waves(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> tuple:
@@ -385,7 +390,7 @@ class CalibratedCost:
         # tests hold it to pass_time's figures).
         half, kvS, C = bn / 2, self.kv_heads * S, self.decode_wave
         rates = self.pd_rates[big]
-        tb, merge_s, program_s = rates["block_s"], rates["merge_s"], rates["program_s"]
+        tb, merge_s, program_s, tail = rates["block_s"], rates["merge_s"], rates["program_s"], rates["tail"]
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0
         graph = self.graph_time(B)
 
@@ -396,14 +401,13 @@ class CalibratedCost:
             crit_t = ((slm if slm < y + half else y + half) / bn + 1) * tb
             full = int(P / C)
             rest = P - full * C
-            lat, read_full, read_rest = (blk + 1) * tb, C * blk * rb, rest * blk * rb
-            waves = full * (lat if lat > read_full else read_full) + ((lat if lat > read_rest else read_rest)
-                                                                       if rest > 0 else 0.0)
+            lat, read_full = (blk + 1) * tb, C * blk * rb
+            waves = full * (lat if lat > read_full else read_full) + (lat + tail * rest * blk * rb if rest > 0 else 0.0)
             return (graph + (waves if waves > crit_t else crit_t) + (live if live > 1.0 else 1.0) * merge_s
-                    + P * program_s, P, full, lat - read_full, lat - read_rest, rest, waves - crit_t)
+                    + P * program_s, P, full, lat - read_full, rest, waves - crit_t)
 
-        a, P0, full0, d10, d20, rest0, d30 = at(mean, L)
-        f1, P1, full1, d11, d21, rest1, d31 = at(mean + 1, L + 1)
+        a, P0, full0, d10, rest0, d30 = at(mean, L)
+        f1, P1, full1, d11, rest1, d31 = at(mean + 1, L + 1)
         b = f1 - a  # (the line through the first two passes, even where it holds for one)
         if valid <= 2:
             return a, b, valid
@@ -415,8 +419,6 @@ class CalibratedCost:
             valid = min(valid, max(2, math.ceil(((full0 + 1) * C - P0) / (P1 - P0))))
         if full0 > 0:
             valid = min(valid, _crossing(d10, d11))
-        if rest0 > 0:
-            valid = min(valid, _crossing(d20, d21))
         valid = min(valid, _crossing(d30, d31))
         # the line must still hold at its last pass: where it does not (a step the kinks above
         # missed), the run is cut to its first two passes
@@ -493,7 +495,7 @@ class _NotANumber(ValueError):
 def _attention(parts: tuple) -> float:
     """decode_attention from its pieces (`CalibratedCost._attention_parts`)."""
     full, lat, read_full, read_rest, rest, crit_t, linear = parts
-    return max(full * max(lat, read_full) + (max(lat, read_rest) if rest > 0 else 0.0), crit_t) + linear
+    return max(full * max(lat, read_full) + (lat + read_rest if rest > 0 else 0.0), crit_t) + linear
 
 
 def _region_end(length: int, sl: int, slices: int, bn: int) -> int:

@@ -19,7 +19,7 @@ Implementations:
   committed one.
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
 
-Calibration file (format "llm-sim-cost/v4", written by `python -m calibrate fit` from passes
+Calibration file (format "llm-sim-cost/v5", written by `python -m calibrate fit` from passes
 timed on the real engine; `CalibratedCost` documents the form and its parameters, `sim.host` and
 `sim.heat` its optional "host" and "heat" fields).
 """

@@ -24,8 +24,8 @@ CHUNK = {"tile_tokens": 21}
 WAVES = {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1}
 TRUE = {"decode1": {"fixed_s": 1.2e-3, "serial_s_per_token": 9e-7, "merge_s": 9e-6},
         "decode": {"graph_s": GRAPH,
-                   "small": {"kv_gbs": 4200.0, "block_s": 3.5e-6, "merge_s": 9e-6, "program_s": 1.3e-7},
-                   "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
+                   "small": {"kv_gbs": 4200.0, "block_s": 3.5e-6, "merge_s": 9e-6, "program_s": 1.3e-7, "tail": 0.8},
+                   "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8, "tail": 0.7}},
         "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 760.0, "eager_s": 4e-3,
                     "block_s": 5e-5, "program_s": 2e-5, "shared": 0.85, "per_seq_s": 5e-6}}
 C = constants(MODEL)

@@ -25,8 +25,8 @@ def calibration(**changes):
              "decode1": {"fixed_s": 1.2e-3, "serial_s_per_token": 2.5e-7, "merge_s": 9e-6},
              "decode": {"graph_s": {"1": 1.2e-3, "2": 1.6e-3, "4": 1.7e-3, "8": 1.7e-3, "16": 1.75e-3, "24": 1.8e-3,
                                     "32": 1.85e-3},
-                        "small": {"kv_gbs": 4000.0, "block_s": 4e-6, "merge_s": 9e-6, "program_s": 1e-7},
-                        "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8}},
+                        "small": {"kv_gbs": 4000.0, "block_s": 4e-6, "merge_s": 9e-6, "program_s": 1e-7, "tail": 0.8},
+                        "big": {"kv_gbs": 4500.0, "block_s": 6e-5, "merge_s": 3e-5, "program_s": 6e-8, "tail": 0.7}},
              "prefill": {"fixed_s": 1.1e-3, "weight_gbs": 4300.0, "matmul_tflops": 770.0, "eager_s": 4e-3,
                          "block_s": 5e-5, "program_s": 2e-5, "shared": 0.85, "per_seq_s": 6e-6}}}
     d.update(changes)
@@ -87,18 +87,20 @@ def test_a_calibration_file_is_read_and_applied(tmp_path):
     # 128); 100 / 128 + 1/2 slices merged as expected
     assert cost.pass_time([1], [99]) == pytest.approx(1.2e-3 + 128 * 2.5e-7 + (100 / 128 + 0.5) * 9e-6)
     # three decoding: the graph at the padded batch of 4, small-batch slicing (4 x 2 KV heads < 128);
-    # mean length 21, one slice of (21 + 32) / 64 blocks each: one wave of 6 programs, its latency
-    # (1 + 53 / 64 blocks) against its read; the longest (31 positions) walks (31 + 32) / 64 blocks, longer
+    # mean length 21, one slice of (21 + 32) / 64 blocks each: one partial wave of 6 programs, its
+    # latency (1 + 53 / 64 blocks) and its read at `tail` (0.8) of its time at the bandwidth; the
+    # longest (31 positions) walks (31 + 32) / 64 blocks, shorter than the wave
     assert bucket(3, cost.buckets) == 4 and bucket(40, cost.buckets) == 40
     assert cost.pass_time([1, 1, 1], [10, 20, 30]) == pytest.approx(
-        1.7e-3 + max((1 + 53 / 64) * 4e-6, 6 * 53 / 64 * block / 4000e9, (1 + 63 / 64) * 4e-6) + 9e-6 + 6 * 1e-7)
+        1.7e-3 + max((1 + 53 / 64) * 4e-6 + 0.8 * 6 * 53 / 64 * block / 4000e9, (1 + 63 / 64) * 4e-6) + 9e-6 + 6 * 1e-7)
     # 600 decoding at 2,048 cached (waves by hand): past the largest bucket, the graph time follows
     # the last two buckets' line, 1.85 ms + (600 - 32) / 8 x 0.05 ms; 2,049 positions cut into slices
     # of 1,024 (the big slicing: 16 slices of at least 1,024), 2,049 / 1,024 slices' worth of 16 blocks:
-    # 2 x 600 x 2,049 / 1,024 = 2,401.2 programs, 4 waves of 528 and 289.2 more; 2,049 / 1,024 + 1/2 merged
+    # 2 x 600 x 2,049 / 1,024 = 2,401.2 programs, 4 waves of 528 and 289.2 more (a walk and their
+    # read at `tail`, 0.7, of its time at the bandwidth); 2,049 / 1,024 + 1/2 merged
     P = 2 * 600 * 2049 / 1024
     rb = block / 4500e9
-    waves = 4 * max(17 * 6e-5, 528 * 16 * rb) + max(17 * 6e-5, (P - 4 * 528) * 16 * rb)
+    waves = 4 * max(17 * 6e-5, 528 * 16 * rb) + 17 * 6e-5 + 0.7 * (P - 4 * 528) * 16 * rb
     assert cost.pass_time([1] * 600, [2048] * 600) == pytest.approx(
         1.85e-3 + 568 / 8 * 0.05e-3 + waves + (2049 / 1024 + 0.5) * 3e-5 + P * 6e-8)
     # a prompt beside a decode: a prefill-kind pass, 513 tokens padded to the 1,024 bucket; chunk
@@ -143,8 +145,8 @@ def test_the_committed_h200_calibration_loads_by_name():
 
 @pytest.mark.parametrize("changes, message", [
     ({"model": "llama-3-8b"}, "cost model for 'llama-3-8b', but this run simulates 'qwen2.5-1.5b'"),
-    ({"format": "something/v0"}, "llm-sim-cost/v4"),
-    ({"format": "llm-sim-cost/v3"}, "expected a calibration file with \"format\": \"llm-sim-cost/v4\""),
+    ({"format": "something/v0"}, "llm-sim-cost/v5"),
+    ({"format": "llm-sim-cost/v4"}, "expected a calibration file with \"format\": \"llm-sim-cost/v5\""),
     ({"decode_attention": None}, "decode_attention"),
     ({"waves": None}, "missing 'waves'"),
     ({"chunk_attention": None}, "missing 'chunk_attention'"),
