@@ -70,12 +70,13 @@ def group_of(p: PassRecord) -> str:
 
 
 def held_out(group: str, buckets: list[int]) -> bool:
-    """Decode: batch sizes between the graph buckets, and contexts of 2048; prefill: chunks of
+    """Decode: batch sizes between the graph buckets, and contexts of 1500 (2048 in sweeps before
+    the contexts moved off the slicing steps); prefill: chunks of
     1024 or 8192 tokens and contexts of 1024; mixed: chunks near 1024 tokens; prompt groups by a
     fixed hash."""
     words = group.split()
     if words[0] == "decode":
-        return int(words[1][1:]) not in buckets or words[2] == "c2048"
+        return int(words[1][1:]) not in buckets or words[2] in ("c1500", "c2048")
     if words[0] == "prefill":
         return words[1] in ("n1024", "n8192") or words[2] == "c1024"
     if words[0] == "mixed":

@@ -56,7 +56,11 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
     shapes = []
     sizes = sorted(set(graph_buckets(max_batch)) | {3, 5, 6, 12, 20, 28, 40, 100, 200, 300, 600, 1000}
                    & set(range(1, max_batch + 1)))
-    contexts = [c for c in (16, 128, 512, 2048, 8192, 16384) if c <= max_context]
+    # uniform contexts off the attention kernel's slicing steps (a step every 128 positions for
+    # small batches, every 1,024 for batches that fill the GPU): at 2,048 cached a sequence is two
+    # whole slices and a slice of one position, the worst case of the expected-offset model
+    # (sim.calibrated), which served contexts, spread over every offset, are not
+    contexts = [c for c in (16, 100, 700, 1500, 2600, 6000, 16000) if c <= max_context]
     for b in sizes:
         for c in contexts:
             shapes.append(Shape(f"decode b{b} c{c}", tuple((c, 1) for _ in range(b))))
