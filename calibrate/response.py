@@ -15,6 +15,10 @@ prompt pass, nor how fast the card recovers. Here, each after a rest of `rest_s`
 - `mixed K`, `chunks K`, `small K`: K passes of a 2,048-token chunk beside 64 decodes (as chunked
               prefill builds them), of a 2,048-token prompt, of a 512-token prompt, then the probe
               400 times: which passes heat the card besides long prompts;
+- `mixed 60, b256`: the same chunk beside 256 decodes on 1,000 cached positions (as a saturated
+              engine's chunked prefill builds them: more of the pass is decode attention's reads),
+              then the probe 400 times; `decode b256 c1000`: 300 such decode passes from rest
+              (whether a long run of large decode passes slows by itself);
 - `after 30, bB cC`: 30 prompt passes, then 300 decode passes of B sequences on C cached
               positions (B 16, 256, 512): how much decode passes of other sizes slow;
 - `serving`:  200 times a 4,096-token prompt pass followed by 10 decode passes of 256 sequences
@@ -43,12 +47,15 @@ MIXED = Shape("mixed n2048 b64", tuple((512, 1) for _ in range(64)) + ((0, 2048)
 DECODES = (Shape("decode b16 c512", tuple((512, 1) for _ in range(16))),
            Shape("decode b256 c1024", tuple((1024, 1) for _ in range(256))),
            Shape("decode b512 c2048", tuple((2048, 1) for _ in range(512))))
+MIXED_BIG = Shape("mixed n2048 b256", tuple((1000, 1) for _ in range(256)) + ((0, 2048),))
+SUSTAINED = Shape("decode b256 c1000", tuple((1000, 1) for _ in range(256)))
 CHUNK = Shape("prompt n2048", ((0, 2048),))
 SMALL = Shape("prompt n512", ((0, 512),))
 
 
 def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, big: Shape = BIG, mixed: Shape = MIXED,
-             chunk: Shape = CHUNK, small: Shape = SMALL, decodes: tuple = DECODES) -> list[tuple[str, list[Shape]]]:
+             chunk: Shape = CHUNK, small: Shape = SMALL, decodes: tuple = DECODES, mixed_big: Shape = MIXED_BIG,
+             sustained: Shape = SUSTAINED) -> list[tuple[str, list[Shape]]]:
     """The designed sequences, each (name, shapes in order); `scale` < 1 shortens them, and a CPU
     smoke run passes smaller shapes."""
     def n(k: int) -> int:
@@ -58,7 +65,8 @@ def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, b
     out += [("big", [big] + [probe] * n(100)), ("big-hot", [prompt] * n(50) + [big] + [probe] * n(100)),
             ("decode", [probe] * n(1000))]
     out += [("mixed 60", [mixed] * n(60) + [probe] * n(400)), ("chunks 60", [chunk] * n(60) + [probe] * n(400)),
-            ("small 200", [small] * n(200) + [probe] * n(400))]
+            ("small 200", [small] * n(200) + [probe] * n(400)),
+            ("mixed 60, b256", [mixed_big] * n(60) + [probe] * n(400)), (sustained.group, [sustained] * n(300))]
     out += [(f"after 30, {d.group.removeprefix('decode ')}", [prompt] * n(30) + [d] * n(300)) for d in decodes]
     out += [("serving", ([prompt] + [decodes[1]] * 10) * n(200))]
     return out
@@ -68,6 +76,8 @@ CPU_SHAPES = {"probe": Shape("probe b4 c32", tuple((32, 1) for _ in range(4))), 
               "big": Shape("prompts 4x64", tuple((0, 64) for _ in range(4))),
               "mixed": Shape("mixed n32 b4", tuple((32, 1) for _ in range(4)) + ((0, 32),)),
               "chunk": Shape("prompt n32", ((0, 32),)), "small": Shape("prompt n16", ((0, 16),)),
+              "mixed_big": Shape("mixed n32 b8", tuple((32, 1) for _ in range(8)) + ((0, 32),)),
+              "sustained": Shape("decode b8 c48", ((48, 1),) * 8),
               "decodes": (Shape("decode b2 c32", ((32, 1),) * 2), Shape("decode b8 c64", ((64, 1),) * 8),
                           Shape("decode b16 c64", ((64, 1),) * 16))}
 

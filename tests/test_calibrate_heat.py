@@ -14,7 +14,7 @@ from sim.heat import Heat, HeatState  # noqa: E402
 
 RESTED = {"probe b64 c512": 0.002, "prompt n4096": 0.02, "prompts 16x4096": 0.3, "mixed n2048 b64": 0.018,
           "prompt n2048": 0.01, "prompt n512": 0.0035, "decode b16 c512": 0.0018, "decode b256 c1024": 0.0035,
-          "decode b512 c2048": 0.007}
+          "decode b512 c2048": 0.007, "mixed n2048 b256": 0.025, "decode b256 c1000": 0.0045}
 
 
 def designed_run(truth: Heat, noise: float = 0.002, step_at: int | None = None, seed: int = 0):
