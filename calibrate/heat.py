@@ -81,7 +81,8 @@ def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2,
 
 
 TAU_RESPONSE_GRID_S = (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.12)
-FULL_TOKENS_GRID = (0, 1024, 2048, 4096)  # 0: the older rule (prompt passes load the card fully)
+FULL_TOKENS_GRID = (0, 1024, 2048, 4096)
+DECODE_WEIGHT_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # tokens a decode beside prompt tokens counts as  # 0: the older rule (prompt passes load the card fully)
 QUIET_S = 0.15  # a pass this long after the last heavy pass ended counts as rested
 HEAVY_TOKENS = 256  # a pass of this many prompt tokens (or of prompt tokens only) counts as heavy
 
@@ -167,17 +168,33 @@ def fit_response(passes: list[PassRecord], marks: list[dict], checked=CHECKED) -
         if m["segment"] in checked:
             held[m["first"]:m["last"] + 1] = True
     fit = ~held
-    best = None
-    for full in FULL_TOKENS_GRID:
-        u = np.array([Heat(full_tokens=full).load(p.new_tokens) for p in passes])
-        for up in TAU_RESPONSE_GRID_S:
-            for down in TAU_RESPONSE_GRID_S:
-                shape = Heat(tau_s=down, tau_up_s=up, full_tokens=full)
-                h = np.asarray(levels(passes, shape))
-                kappas, scales, residual, errors = kappas_at(h[fit], u[fit], ratio[fit])
-                if best is None or residual < best[0]:
-                    best = (residual, Heat(decode=kappas["decode"], prefill=kappas["prefill"], tau_s=down,
-                                           tau_up_s=up, full_tokens=full), errors, scales)
+
+    def scan(best, weight: float):
+        """The grid of rise, fall and full load at one decode weight; the best of it and `best`."""
+        for full in FULL_TOKENS_GRID:
+            if weight and not full:
+                continue  # (the older rule has no load to dilute)
+            for up in TAU_RESPONSE_GRID_S:
+                for down in TAU_RESPONSE_GRID_S:
+                    best = trial(best, Heat(tau_s=down, tau_up_s=up, full_tokens=full, decode_weight=weight))
+        return best
+
+    def trial(best, shape: Heat):
+        u = np.array([shape.load(p.new_tokens) for p in passes])
+        h = np.asarray(levels(passes, shape))
+        kappas, scales, residual, errors = kappas_at(h[fit], u[fit], ratio[fit])
+        if best is None or residual < best[0]:
+            return residual, dataclasses.replace(shape, decode=kappas["decode"], prefill=kappas["prefill"]), errors, scales
+        return best
+
+    # the time constants and full load with no dilution, then how much decodes beside prompt
+    # tokens dilute a pass's load (a mixed pass of 256 decodes heats less than one of 64) at
+    # those, then the grid again at that weight
+    best = scan(None, 0.0)
+    for weight in DECODE_WEIGHT_GRID[1:]:
+        best = trial(best, dataclasses.replace(best[1], decode=0.0, prefill=0.0, decode_weight=weight))
+    if best[1].decode_weight:
+        best = scan(best, best[1].decode_weight)
     heat, errors, scales = best[1], dict(best[2]), best[3]
     if held.any():  # priced as the fit prices its own passes: c * factor
         priced = np.asarray(factors(passes, heat))

@@ -9,8 +9,10 @@ about +10% by the fourth to sixth; decode passes just after ran 6-7% slower and 
 50-100 ms; prompts of 512 tokens, back to back, settled 2.5-3.7% slower.
 
 The model: a level h between 0 (rested) and 1 (at the power limit for long) that moves towards
-the load u of the pass running (u = min(1, prompt tokens / full_tokens): the share of the power
-limit a pass of that many prompt or chunk tokens draws, decode tokens not counted; 0 while
+the load u of the pass running (u = min(1, P / full_tokens) * P / (P + decode_weight * D) for P
+prompt or chunk tokens and D decodes beside them: the share of the power limit the pass draws,
+decode tokens not counted and each decode beside a chunk diluting it, since the heat runs'
+mixed passes of a 2,048-token chunk slowed 6-7% beside 256 decodes and 8-10% beside 64; 0 while
 idle), rising with tau_up_s and falling with tau_s,
 
     dh/dt = (u - h) / tau_up_s  when u > h,      (u - h) / tau_s  otherwise,
@@ -20,7 +22,8 @@ and a pass takes (1 + kappa(u) * the mean of h over its own run) times its reste
 do, one at full load as prompt passes do. The mean over the pass's own run matters for long
 passes: one of 65,536 tokens (0.37 s) from rest spends most of its time throttled. Stored in the
 calibration file's optional "heat" field (none: no effect). Older files: tau_up_s 0 means tau_s,
-and full_tokens 0 means the load is 1 for a pass of prompt tokens only and 0 for any other.
+full_tokens 0 means the load is 1 for a pass of prompt tokens only and 0 for any other, and no
+decode_weight means decodes do not dilute the load.
 """
 from __future__ import annotations
 
@@ -45,12 +48,16 @@ class Heat:
     tau_s: float = 0.0     # how fast the level falls (lighter passes, idle), seconds
     tau_up_s: float = 0.0  # how fast it rises, seconds (0: tau_s)
     full_tokens: int = 0   # a pass of this many tokens loads the card fully, fewer in proportion (0: see heats)
+    decode_weight: float = 0.0  # in a pass of prompt tokens, each decode beside them dilutes the load as this many tokens
 
     def __post_init__(self) -> None:
         for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S)):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
+        w = self.decode_weight
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or not 0 <= w <= 1e6:
+            raise ValueError(f"heat.decode_weight must be a number from 0 to 1e6, got {w!r}")
         if not isinstance(self.full_tokens, int) or isinstance(self.full_tokens, bool) or self.full_tokens < 0:
             raise ValueError(f"heat.full_tokens must be a whole number of tokens >= 0, got {self.full_tokens!r}")
         if (self.decode or self.prefill) and not self.tau_s:
@@ -72,17 +79,21 @@ class Heat:
     def load(self, new_tokens) -> float:
         """u of a pass with these new tokens per sequence: its prompt tokens (the sequences' with more
         than one) over full_tokens (decode tokens do not count: the heat run's sustained decode
-        passes did not heat the card)."""
+        passes did not heat the card), diluted by the decodes beside them (decode_weight tokens each)."""
         if not self.full_tokens:
             return 1.0 if heats(new_tokens) else 0.0
-        return min(1.0, sum(n for n in new_tokens if n > 1) / self.full_tokens)
+        prompt = sum(n for n in new_tokens if n > 1)
+        u = min(1.0, prompt / self.full_tokens)
+        if u and self.decode_weight:
+            u *= prompt / (prompt + self.decode_weight * sum(1 for n in new_tokens if n == 1))
+        return u
 
     def kappa(self, u: float) -> float:
         return self.decode + (self.prefill - self.decode) * u
 
     def as_dict(self) -> dict:
         return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s,
-                "full_tokens": self.full_tokens}
+                "full_tokens": self.full_tokens, "decode_weight": self.decode_weight}
 
 
 class HeatState:

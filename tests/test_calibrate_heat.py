@@ -49,6 +49,14 @@ def test_the_fit_recovers_a_known_heat_from_a_designed_run(step_at):
     assert abs(errors["checked decode"]) < 0.01 and abs(errors["checked prefill"]) < 0.02
 
 
+def test_the_fit_finds_how_much_decodes_dilute_a_mixed_pass_load():
+    # the heat run's mixed passes beside 64 and beside 256 decodes tell the weight apart
+    truth = Heat(decode=0.10, prefill=0.15, tau_s=0.04, tau_up_s=0.06, full_tokens=2048, decode_weight=4.0)
+    heat, errors = fit_response(*designed_run(truth))
+    assert heat.decode_weight == 4.0 and (heat.tau_s, heat.tau_up_s, heat.full_tokens) == (0.04, 0.06, 2048)
+    assert heat.prefill == pytest.approx(0.15, abs=0.01) and errors["prefill"] < 0.01
+
+
 def test_rested_references_are_per_sequence_and_quiet():
     p = lambda i, new, t, d: PassRecord("h", "continuous", i, pass_kind(new, [0] * len(new)), new, [0] * len(new), t, d)  # noqa: E731
     passes = [p(0, [1, 1], 0.0, 0.002), p(1, [100], 0.01, 0.02), p(2, [1, 1], 0.03, 0.004),  # the second: just after a prompt

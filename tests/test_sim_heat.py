@@ -71,6 +71,20 @@ def test_a_pass_loads_the_card_by_its_tokens():
     assert old.load([100, 3]) == 1.0 and old.load([100, 1]) == 0.0
 
 
+def test_decodes_beside_prompt_tokens_dilute_a_pass_load():
+    # each decode beside a chunk counts as decode_weight tokens that draw no heat: a chunk of 2,048
+    # beside 256 decodes loads the card 2048 / (2048 + 4 * 256) = 2/3, beside 64 decodes 8/9
+    heat = Heat(decode=0.08, prefill=0.12, tau_s=0.04, tau_up_s=0.06, full_tokens=1024, decode_weight=4.0)
+    assert heat.load([1] * 256 + [2048]) == pytest.approx(2 / 3)
+    assert heat.load([1] * 64 + [2048]) == pytest.approx(8 / 9)
+    assert heat.load([512, 1, 1]) == pytest.approx(0.5 * 512 / 520)  # the share of full load, diluted
+    assert heat.load([2048]) == 1.0 and heat.load([1] * 256) == 0.0
+    assert Heat.from_dict(heat.as_dict()) == heat
+    assert Heat.from_dict({k: v for k, v in heat.as_dict().items() if k != "decode_weight"}).load([1] * 64 + [2048]) == 1.0
+    with pytest.raises(ValueError, match="decode_weight"):
+        Heat.from_dict(heat.as_dict() | {"decode_weight": -1.0})
+
+
 def prompt_then_decode(rested, heat):
     """By hand: a prompt pass from rest, then a decode pass right after it, each solved for its own
     length (mean of h over the pass) by two substitutions, as the simulator does."""
