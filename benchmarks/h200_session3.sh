@@ -2,6 +2,8 @@
 # The third continuous-engine session's device calls, by part (the device tool's copy of the tree
 # has no .git, so each call sets GIT_COMMIT):
 #   GIT_COMMIT=$(git rev-parse HEAD) AZURE=.traces/AzureLLMInferenceTrace_conv.csv bash benchmarks/h200_session3.sh PART...
+# (the committed results are past the device tool's 64 MiB: `bash benchmarks/device_tree.sh aside` before
+# the call sets aside what no part reads, `... back` after it)
 # Parts (GPU 0 unless said; on an `nvidia-h200-x2` machine a part suffixed @1 runs on GPU 1; two
 # invocations side by side, one a GPU, set TAR=0 and tar $OUT/results themselves when both are done):
 #   tests      every GPU test of the kernels and the engine (tests/test_kernels.py, tests/test_gpu.py)
