@@ -169,18 +169,21 @@ def fit_response(passes: list[PassRecord], marks: list[dict], checked=CHECKED) -
             held[m["first"]:m["last"] + 1] = True
     fit = ~held
 
+    def loads(shape: Heat) -> np.ndarray:
+        return np.array([shape.load(p.new_tokens) for p in passes])
+
     def scan(best, weight: float):
         """The grid of rise, fall and full load at one decode weight; the best of it and `best`."""
         for full in FULL_TOKENS_GRID:
             if weight and not full:
                 continue  # (the older rule has no load to dilute)
+            u = loads(Heat(full_tokens=full, decode_weight=weight))  # (the loads do not depend on the times)
             for up in TAU_RESPONSE_GRID_S:
                 for down in TAU_RESPONSE_GRID_S:
-                    best = trial(best, Heat(tau_s=down, tau_up_s=up, full_tokens=full, decode_weight=weight))
+                    best = trial(best, Heat(tau_s=down, tau_up_s=up, full_tokens=full, decode_weight=weight), u)
         return best
 
-    def trial(best, shape: Heat):
-        u = np.array([shape.load(p.new_tokens) for p in passes])
+    def trial(best, shape: Heat, u: np.ndarray):
         h = np.asarray(levels(passes, shape))
         kappas, scales, residual, errors = kappas_at(h[fit], u[fit], ratio[fit])
         if best is None or residual < best[0]:
@@ -192,7 +195,8 @@ def fit_response(passes: list[PassRecord], marks: list[dict], checked=CHECKED) -
     # those, then the grid again at that weight
     best = scan(None, 0.0)
     for weight in DECODE_WEIGHT_GRID[1:]:
-        best = trial(best, dataclasses.replace(best[1], decode=0.0, prefill=0.0, decode_weight=weight))
+        shape = dataclasses.replace(best[1], decode=0.0, prefill=0.0, decode_weight=weight)
+        best = trial(best, shape, loads(shape))
     if best[1].decode_weight:
         best = scan(best, best[1].decode_weight)
     heat, errors, scales = best[1], dict(best[2]), best[3]
