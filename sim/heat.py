@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.host import optional_section
+from sim.host import optional_section, real
 
 MAX_TAU_S = 10.0
+MAX_DECODE_WEIGHT = 1e6  # tokens a decode beside a chunk counts as, at most
 
 
 def heats(new_tokens) -> bool:
@@ -51,13 +52,11 @@ class Heat:
     decode_weight: float = 0.0  # in a pass of prompt tokens, each decode beside them dilutes the load as this many tokens
 
     def __post_init__(self) -> None:
-        for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S)):
+        for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S),
+                           ("decode_weight", MAX_DECODE_WEIGHT)):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= high:
+            if not real(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
-        w = self.decode_weight
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or not 0 <= w <= 1e6:
-            raise ValueError(f"heat.decode_weight must be a number from 0 to 1e6, got {w!r}")
         if not isinstance(self.full_tokens, int) or isinstance(self.full_tokens, bool) or self.full_tokens < 0:
             raise ValueError(f"heat.full_tokens must be a whole number of tokens >= 0, got {self.full_tokens!r}")
         if (self.decode or self.prefill) and not self.tau_s:

@@ -32,6 +32,11 @@ from core.scheduler import ScheduledPass
 MAX_HOST_S = 1.0  # a host term of a second or more is a broken file, not a host
 
 
+def real(v) -> bool:
+    """A finite int or float (not a bool): what a calibration section's numbers must be."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def optional_section(cls, d, name: str, source: str):
     """An optional section `name` of a calibration file (`d`, None when absent: all defaults) as
     the frozen dataclass `cls`, which checks its values; a section that is not an object of
@@ -67,7 +72,7 @@ class HostTime:
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise ValueError(f"host.graph_tokens must be a whole number of tokens >= 0, got {v!r}")
                 continue
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v < MAX_HOST_S:
+            if not real(v) or not 0 <= v < MAX_HOST_S:
                 raise ValueError(f"host.{f.name} must be a number of seconds from 0 to {MAX_HOST_S:g}, got {v!r}")
 
     @classmethod

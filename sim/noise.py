@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.host import optional_section
+from sim.host import optional_section, real
 
 MAX_SIGMA = 2.0
 
@@ -35,7 +35,7 @@ class Noise:
     def __post_init__(self) -> None:
         for name in ("pass_sigma", "idle_sigma", "launch_sigma", "eager_launch_sigma"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= MAX_SIGMA:
+            if not real(v) or not 0 <= v <= MAX_SIGMA:
                 raise ValueError(f"noise.{name} must be a number from 0 to {MAX_SIGMA:g}, got {v!r}")
 
     @classmethod
