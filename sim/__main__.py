@@ -208,12 +208,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
     if args.seeds < 0:
         raise ValueError(f"--seeds must be 0 or more, got {args.seeds}")
+    if not 0 <= args.cost_error < 1:
+        raise ValueError(f"--cost-error must be from 0 to below 1 (0.02: every pass 2% shorter and longer), "
+                         f"got {args.cost_error}")
     select_runs(args.results, only=args.only)  # none to compare: the error before the progress bar
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
         def progress(i, n):
             bar.total = n
             bar.update(i - bar.n)
-        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds)
+        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds,
+                                  cost_error=args.cost_error)
     checks = targets(comparisons, repeat_rows(args.results))
     out.mkdir(parents=True, exist_ok=True)
     errors = pd.DataFrame(error_rows(comparisons))
@@ -231,6 +235,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"runs below saturation measured again (results/{REPEATS}): {len(repeated)}; targets met against the "
               f"range of the real runs of the same setup (no error between them), at each metric and percentile, "
               f"on {sum(t['met_against_range'] for t in repeated)}")
+    moved = [t for t in checks if "met_within_cost_error" in t]
+    if moved:
+        print(f"targets met within the cost model's error (every pass {args.cost_error:.0%} shorter and longer; no "
+              f"error where the real value lies between those simulations and the run's own) on "
+              f"{sum(t['met_within_cost_error'] for t in moved)} of the {len(moved)} runs below saturation")
     for c in comparisons:
         print(f"  {c.run_id}: {c.diagnosis['verdict']}")
     if not args.no_charts:
@@ -290,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="simulations a run, pass and host times scattered as the calibration measured the engine's "
                           "own (its \"noise\"; sim/noise.py): each statistic their median, the range they span "
                           "beside it (default 5; 0: one simulation without scatter)")
+    cmp.add_argument("--cost-error", type=float, default=0.02,
+                     help="simulate each run below saturation again with every pass this much shorter and longer "
+                          "(about the calibration's held-out error; default 0.02, 0: not), and hold the simulator "
+                          "to the interval those results span as well")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")

@@ -14,6 +14,12 @@ Where the same run was measured again (results/continuous-repeats/: the same wor
 limits on another GPU or another day), the real runs' own spread is set beside the simulator's
 error, and the simulator is also held to the range the real runs span (no error between them): it
 cannot be held closer to one real run than the engine is to itself.
+
+How far each run's result moves with the cost model's own error (`cost_error`, e.g. 0.02): below
+saturation the run is simulated again with every pass that much shorter and that much longer
+(`sim.cost.ScaledCost`, unscattered), and the simulator is also held to the interval those
+results span with its own (no error where the real value lies inside): near saturation a pass
+cost 2% off can move TTFT by 10-20%, which no target finer than that can tell from a wrong model.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import numpy as np
 from core.metrics import compute_metrics
 from core.records import PassRecord, RequestRecord
 from core.runstore import RunStore
+from sim.cost import ScaledCost
 from sim.heat import logged_times
 from sim.noise import measured_noise
 from traces.trace import Trace
@@ -124,11 +131,15 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     return float(np.polyfit(t, n, 1)[0]) if t[-1] > t[0] else 0.0
 
 
-def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -> Comparison:
+def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0, cost_error: float = 0.0) -> Comparison:
     """The run against its simulation: with `seeds` > 0 (and a cost model that measured the
     engine's scatter) `seeds` simulations with scattered pass and host times, each statistic the
     median over them (`sim_lo_ms`, `sim_hi_ms`: their least and greatest), the passes and the
-    diagnosis the first seed's; else the one simulation without scatter."""
+    diagnosis the first seed's; else the one simulation without scatter. With `cost_error` > 0
+    and the run below saturation, two more without scatter, every pass `cost_error` shorter and
+    longer (`cost_lo_ms`, `cost_hi_ms`: the least and greatest of the two)."""
+    if not 0 <= cost_error < 1:
+        raise ValueError(f"cost_error must be from 0 to below 1 (a pass cannot take no time), got {cost_error}")
     real = store.requests(row["run_id"])
     real_passes = store.passes(row["run_id"])
     noisy = seeds > 0 and measured_noise(cost_model) is not None
@@ -138,6 +149,8 @@ def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -
     sims = [compute_metrics(r.table) for r in results]
     sim_m = sims[0]
     rs, each = stats(real_m), [stats(m) for m in sims]
+    shifted = [stats(compute_metrics(simulate_like(row, real, ScaledCost(cost_model, 1 + e)).table))
+               for e in (-cost_error, cost_error)] if cost_error > 0 and not saturated(row) else []
     table = []
     for name in METRICS:
         for st in STATS:
@@ -146,6 +159,9 @@ def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -
             table.append({"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": mid * 1e3,
                           "error": signed(mid, rs[name][st]), "sim_lo_ms": min(values) * 1e3,
                           "sim_hi_ms": max(values) * 1e3})
+            if shifted:
+                moved = [e[name][st] for e in shifted]
+                table[-1] |= {"cost_lo_ms": min(moved) * 1e3, "cost_hi_ms": max(moved) * 1e3}
     real_batch = float(np.mean([p.batch_size for p in real_passes]))
     sim_batch = float(np.mean([p.batch_size for p in result.passes])) if result.passes else math.nan
     table += [{"metric": "output_throughput", "stat": "tok/s", "real_ms": real_m.output_throughput,
@@ -170,6 +186,7 @@ def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0) -
         "saturated": saturated(row),
         "queue_growth": [queue_growth(real), queue_growth(result.requests)],
         "extrapolated": result.extrapolated,
+        "cost_error": cost_error if shifted else 0.0,
         "requests_per_replica": [list(np.bincount([r.replica for r in real], minlength=row.get("replicas") or 1)),
                                  list(np.bincount([r.replica for r in result.requests],
                                                   minlength=row.get("replicas") or 1))],
@@ -198,6 +215,10 @@ def verdict(table: list[dict], d: dict) -> str:
         parts.append("TPOT follows the pass cost")
     if d.get("extrapolated"):
         parts.append(f"the simulation priced {d['extrapolated']}")
+    moved = next((t for t in table if t["metric"] == "ttft" and t["stat"] == "p50" and "cost_lo_ms" in t), None)
+    if moved is not None and moved["real_ms"]:
+        lo, hi = (signed(moved[k], moved["real_ms"]) for k in ("cost_lo_ms", "cost_hi_ms"))
+        parts.append(f"every pass {d['cost_error']:.0%} shorter or longer puts TTFT p50 at {lo:+.1%} to {hi:+.1%}")
     return "; ".join(parts)
 
 
@@ -218,14 +239,14 @@ def select_runs(results: Path, gpu: str | None = None, only: str | None = None) 
 
 
 def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
-                progress=None, seeds: int = 0) -> list[Comparison]:
+                progress=None, seeds: int = 0, cost_error: float = 0.0) -> list[Comparison]:
     store = RunStore(results / "continuous")
     rows = select_runs(results, gpu, only)
     out = []
     models = {}
     for i, row in enumerate(rows):
         model = models.setdefault(row["model"], load_cost(cost, row["model"]))
-        out.append(compare(row, store, cost, model, seeds))
+        out.append(compare(row, store, cost, model, seeds, cost_error))
         if progress is not None:
             progress(i + 1, len(rows))
     return out
@@ -263,6 +284,16 @@ def repeat_spread(row: dict, same: list[dict]) -> dict:
             for m in ("ttft", "tpot", "e2el") for st in TARGET}
 
 
+def interval_error(sim_low: float, sim_high: float, real_low: float, real_high: float) -> float:
+    """|error| of a simulated interval against a real one: 0 where they meet, else the nearer
+    ends' |simulated / real - 1|."""
+    if sim_high < real_low:
+        return abs(signed(sim_high, real_low))
+    if sim_low > real_high:
+        return abs(signed(sim_low, real_high))
+    return 0.0
+
+
 def range_errors(c: "Comparison", same: list[dict]) -> dict:
     """Per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99: the simulated value's error against
     the range of the real runs of this setup (the run itself and its repeats `same`): 0 inside it,
@@ -272,9 +303,19 @@ def range_errors(c: "Comparison", same: list[dict]) -> dict:
     for t in c.table:
         if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET:
             values = [r[f"{t['stat']}_{t['metric']}_ms"] for r in reals]
-            low, high = min(values), max(values)
-            out[t["metric"], t["stat"]] = (abs(signed(t["sim_ms"], low)) if t["sim_ms"] < low else
-                                           abs(signed(t["sim_ms"], high)) if t["sim_ms"] > high else 0.0)
+            out[t["metric"], t["stat"]] = interval_error(t["sim_ms"], t["sim_ms"], min(values), max(values))
+    return out
+
+
+def cost_errors(c: "Comparison") -> dict:
+    """Per (metric, stat) of TTFT, TPOT, E2EL at p50/p90/p99: the error of the simulated interval
+    that the run's simulation and its two with every pass `cost_error` shorter and longer span
+    (`compare`), against the real value: 0 inside it, else its nearer end / real - 1, as |error|."""
+    out = {}
+    for t in c.table:
+        if t["metric"] in ("ttft", "tpot", "e2el") and t["stat"] in TARGET and "cost_lo_ms" in t:
+            out[t["metric"], t["stat"]] = interval_error(min(t["sim_ms"], t["cost_lo_ms"]),
+                                                         max(t["sim_ms"], t["cost_hi_ms"]), t["real_ms"], t["real_ms"])
     return out
 
 
@@ -283,7 +324,9 @@ def targets(comparisons: list[Comparison], repeats: list[dict] = ()) -> list[dic
     TTFT, TPOT and E2EL; above: the queue's growth, real against simulated (target 10%). Where
     the run has repeats: the worst real-against-real difference at p50/p90 and at p99, the worst
     error against the real runs' range at each metric and stat (0 where the simulated value lies
-    between real runs), and whether that meets the targets."""
+    between real runs), and whether that meets the targets. Where the comparison moved every
+    pass by the cost model's error (`compare`'s cost_error): the worst error of the interval the
+    moved simulations span (`cost_errors`), and whether that meets the targets."""
     def worst(errors: dict) -> tuple[float, float]:  # (p50/p90, p99) of {(metric, stat): |error|}
         return (max(v for (_, st), v in errors.items() if st != "p99"),
                 max(v for (_, st), v in errors.items() if st == "p99"))
@@ -308,6 +351,10 @@ def targets(comparisons: list[Comparison], repeats: list[dict] = ()) -> list[dic
             check["repeat_worst_p50_p90"], check["repeat_worst_p99"] = worst(repeat_spread(c.row, same))
             check["range_worst_p50_p90"], check["range_worst_p99"] = worst(range_errors(c, same))
             check["met_against_range"] = within(check["range_worst_p50_p90"], check["range_worst_p99"])
+        moved = cost_errors(c)
+        if moved:
+            check["cost_worst_p50_p90"], check["cost_worst_p99"] = worst(moved)
+            check["met_within_cost_error"] = within(check["cost_worst_p50_p90"], check["cost_worst_p99"])
         out.append(check)
     return out
 
@@ -421,19 +468,26 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
              "overlap. Error = simulated / real - 1.</p>"]
     parts.append("<h2>Targets</h2><p>Where a run was measured again (repeats): the real runs' own worst "
                  "difference, the simulator's worst error against the real runs' range at each metric and "
-                 "percentile (0 between real runs), and whether that meets the targets.</p><table><tr>"
+                 "percentile (0 between real runs), and whether that meets the targets. Where every pass was "
+                 "also simulated shorter and longer by the cost model's error: the worst error of the interval "
+                 "those simulations span with the run's own (0 where the real value lies inside), and whether "
+                 "that meets the targets.</p><table><tr>"
                  "<th>run</th><th>saturated</th><th>worst |error| p50/p90</th><th>worst |error| p99</th>"
                  "<th>queue growth error</th><th>met</th><th>real repeats</th><th>repeats' worst p50/p90</th>"
                  "<th>repeats' worst p99</th><th>against the range: worst p50/p90</th>"
-                 "<th>against the range: worst p99</th><th>met against the range</th></tr>")
+                 "<th>against the range: worst p99</th><th>met against the range</th>"
+                 "<th>within the cost error: worst p50/p90</th><th>within the cost error: worst p99</th>"
+                 "<th>met within the cost error</th></tr>")
     for t in checks:
-        ranged = t.get("met_against_range")
+        ranged, moved = t.get("met_against_range"), t.get("met_within_cost_error")
         parts.append(f"<tr><td style='text-align:left'>{t['run_id']}</td><td>{t['saturated']}</td>"
                      f"<td>{pct(t.get('worst_p50_p90'))}</td><td>{pct(t.get('worst_p99'))}</td>"
                      f"<td>{pct(t.get('queue_growth_error'))}</td><td class='{'' if t['met'] else 'bad'}'>{t['met']}</td>"
                      f"<td>{t.get('repeats', 0)}</td><td>{pct(t.get('repeat_worst_p50_p90'))}</td>"
                      f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{pct(t.get('range_worst_p50_p90'))}</td>"
-                     f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else ranged}</td></tr>")
+                     f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else ranged}</td>"
+                     f"<td>{pct(t.get('cost_worst_p50_p90'))}</td><td>{pct(t.get('cost_worst_p99'))}</td>"
+                     f"<td>{'' if moved is None else moved}</td></tr>")
     parts.append("</table>")
     if "latency-vs-rate" in pictures:
         parts.append("<h2>Latency against arrival rate</h2>" + img(pictures["latency-vs-rate"]))

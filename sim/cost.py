@@ -18,6 +18,7 @@ Implementations:
   passes timed on the GPU (`calibrate/`), read from a JSON file; `calibrated:h200` names the
   committed one.
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
+- `ScaledCost`: another model's passes, every one a factor longer (`sim compare --cost-error`).
 
 Calibration file (format "llm-sim-cost/v5", written by `python -m calibrate fit` from passes
 timed on the real engine; `CalibratedCost` documents the form and its parameters, `sim.host` and
@@ -132,6 +133,28 @@ class TableCost:
 
     def decode_line(self, batch_size: int, context_sum: int, context_max: int | None = None) -> tuple[float, float, int]:
         return self.time_for(batch_size), 0.0, ALWAYS
+
+
+class ScaledCost:
+    """Another cost model with every pass `factor` times as long (its host time, heat and scatter
+    as they are): how far a simulated result moves when the cost model is off by that much."""
+
+    def __init__(self, cost: CostModel, factor: float):
+        if not factor > 0:
+            raise ValueError(f"a cost model's passes can only be scaled by a positive factor, got {factor}")
+        self.cost, self.factor = cost, factor
+
+    def pass_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
+        return self.cost.pass_time(new_tokens, context_lens) * self.factor
+
+    def decode_line(self, batch_size: int, context_sum: int, context_max: int | None = None) -> tuple[float, float, int] | None:
+        line = self.cost.decode_line(batch_size, context_sum, context_max)
+        return None if line is None else (line[0] * self.factor, line[1] * self.factor, line[2])
+
+    def __getattr__(self, name: str):  # host, heat, noise, extrapolated: the scaled model's own
+        if name == "cost":  # (not set yet: copy and pickle look before __init__ ran)
+            raise AttributeError(name)
+        return getattr(self.cost, name)
 
 
 CALIBRATIONS = Path(__file__).resolve().parents[1] / "results" / "calibration"

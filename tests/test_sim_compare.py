@@ -142,3 +142,58 @@ def test_a_subset_of_the_runs_does_not_replace_the_report(tmp_path, monkeypatch)
                      "--no-charts"]) == 0
     assert not (results / "validation").exists()
     assert (tmp_path / "repo" / "out" / "validation" / "targets.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def moved():
+    """The fixture's comparison with every pass also 2% shorter and longer."""
+    (c,) = run_compare(FIXTURE, f"constant:{COST}", cost_error=0.02)
+    return c
+
+
+def test_the_cost_error_moves_each_statistic_by_hand(moved):
+    # a constant 10 ms pass and no queueing: every simulated statistic scales with the pass's cost
+    table = {(t["metric"], t["stat"]): t for t in moved.table}
+    for metric in ("ttft", "tpot", "e2el"):
+        for stat in ("p50", "p90", "p99", "mean"):
+            row = table[metric, stat]
+            assert row["cost_lo_ms"] == pytest.approx(0.98 * row["sim_ms"], rel=1e-9)
+            assert row["cost_hi_ms"] == pytest.approx(1.02 * row["sim_ms"], rel=1e-9)
+    assert moved.diagnosis["cost_error"] == 0.02
+    assert "every pass 2% shorter or longer puts TTFT p50 at" in moved.diagnosis["verdict"]
+    # the real run is slower than 10 ms passes: each error is the upper end's, 1.02 * sim / real - 1
+    keys = [k for k in table if k[0] in ("ttft", "tpot", "e2el") and k[1] in ("p50", "p90", "p99")]
+    assert all(table[k]["cost_hi_ms"] < table[k]["real_ms"] for k in keys)
+    (check,) = targets([moved])
+    want = max(abs(1.02 * table[k]["sim_ms"] / table[k]["real_ms"] - 1) for k in keys if k[1] != "p99")
+    assert check["cost_worst_p50_p90"] == pytest.approx(want, rel=1e-9)
+    assert check["met_within_cost_error"] is False
+
+
+def test_a_real_value_between_the_moved_simulations_has_no_error(moved):
+    import dataclasses
+    keys = {(m, s) for m in ("ttft", "tpot", "e2el") for s in ("p50", "p90", "p99")}
+    # the real run as if it had measured 1% over the simulation (inside 0.98-1.02) everywhere,
+    # and then 4% over it at TTFT p50 (2% past the upper end: 1.02 / 1.04 - 1)
+    inside = [t | {"real_ms": t["sim_ms"] * 1.01} if (t["metric"], t["stat"]) in keys else t for t in moved.table]
+    (check,) = targets([dataclasses.replace(moved, table=inside)])
+    assert check["cost_worst_p50_p90"] == 0.0 and check["cost_worst_p99"] == 0.0
+    assert check["met_within_cost_error"] is True
+    past = [t | {"real_ms": t["sim_ms"] * 1.04} if (t["metric"], t["stat"]) == ("ttft", "p50") else t for t in inside]
+    (check,) = targets([dataclasses.replace(moved, table=past)])
+    assert check["cost_worst_p50_p90"] == pytest.approx(1 - 1.02 / 1.04, rel=1e-9)
+    assert check["met_within_cost_error"] is True  # 1.9% is within p50's 5%
+    # without the moved simulations (cost_error 0) there is no such column
+    (check,) = targets([dataclasses.replace(moved, table=[{k: v for k, v in t.items() if not k.startswith("cost_")}
+                                                          for t in moved.table])])
+    assert "met_within_cost_error" not in check
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "1.5"])
+def test_a_cost_error_out_of_range_is_a_one_line_error(tmp_path, capsys, value):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    assert sim_main(["compare", "--results", str(results), "--cost", f"constant:{COST}", "--no-charts",
+                     "--cost-error", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cost-error must be from 0 to below 1" in err[0]

@@ -7,7 +7,7 @@ import pytest
 
 from core.config import get_preset
 from core.roofline import get_gpu
-from sim.cost import FORMAT, CalibratedCost, ConstantCost, RooflineCost, TableCost, bucket, parse_cost
+from sim.cost import FORMAT, CalibratedCost, ConstantCost, RooflineCost, ScaledCost, TableCost, bucket, parse_cost
 
 MODEL, H200 = get_preset("qwen2.5-1.5b"), get_gpu("h200")
 
@@ -135,6 +135,26 @@ def test_a_calibration_projects_to_another_gpu_by_its_bandwidth_and_arithmetic()
     assert a10.graph_s[4] == pytest.approx(1.7e-3 * (w / 600e9) / (w / 4150e9))  # weight-bound at batch 4
     assert a10.pass_time([1], [100]) > 5 * cost.pass_time([1], [100])
     assert "projected from NVIDIA H200" in a10.gpu
+
+
+def test_a_scaled_cost_model_moves_every_pass_and_keeps_the_rest():
+    base, _ = parse_cost("calibrated:h200")
+    longer, shorter = ScaledCost(base, 1.02), ScaledCost(base, 0.98)
+    for new, ctx in (([1] * 64, [300] * 64), ([4096, 64], [0, 0]), ([1], [256]), ([1] * 8 + [512], [100] * 8 + [0])):
+        assert longer.pass_time(new, ctx) == pytest.approx(1.02 * base.pass_time(new, ctx), rel=1e-12)
+        assert shorter.pass_time(new, ctx) == pytest.approx(0.98 * base.pass_time(new, ctx), rel=1e-12)
+    a, b, valid = base.decode_line(64, 64 * 300, 300)
+    assert longer.decode_line(64, 64 * 300, 300) == pytest.approx((1.02 * a, 1.02 * b, valid), rel=1e-12)
+    # the host's time, the heat and the scatter are the engine's, not its passes': kept as they are
+    assert longer.host is base.host and longer.heat is base.heat and longer.noise is base.noise
+    assert ScaledCost(RooflineCost(MODEL, H200), 2.0).decode_line(4, 400, 100) is not None
+
+    class StepByStep(ConstantCost):
+        def decode_line(self, *args):
+            return None
+    assert ScaledCost(StepByStep(0.01), 1.5).decode_line(4, 40, 10) is None
+    with pytest.raises(ValueError, match="positive factor"):
+        ScaledCost(base, 0.0)
 
 
 def test_the_committed_h200_calibration_loads_by_name():
