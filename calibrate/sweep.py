@@ -7,7 +7,8 @@ ModelRunner` exactly as an open run would, and timed with CUDA events. Decode ov
 batch), prompt chunks on top of cached context, several prompts in one pass, and mixed passes
 (a chunk beside decodes, as chunked prefill builds them), and batches like the ones served
 workloads build (the seed's five prompts with some tokens generated; a long tail of contexts, as
-in the Azure conversation trace; prompts of mixed lengths in one pass). Every shape once untimed,
+in the Azure conversation trace; prompts of mixed lengths in one pass; the seed's prompts grouped
+as a loaded engine groups them, which its CUDA graphs run padded to the next token bucket). Every shape once untimed,
 then rounds over all shapes in a new random order each; one PassRecord per timed pass.
 
 The cache holds random values (timing does not depend on them, but zeros can run faster);
@@ -41,6 +42,13 @@ class Shape:
 
 
 SEED_PROMPTS = (16, 64, 256, 1024, 4096)  # the seed's prompt lengths (p16 ... p4096)
+# the seed's prompts as a loaded engine puts several of them in one pass: their sums fall off the
+# token buckets, so the pass's CUDA graph runs padded (4,096 + 64 tokens at 8,192), which passes of
+# prompts of equal powers of two never are; and two past the largest bucket
+SEED_GROUPS = ((4096, 16), (4096, 64), (4096, 256), (4096, 1024), (1024, 16), (1024, 64), (1024, 256), (256, 16),
+               (256, 64), (64, 16), (4096, 1024, 256), (1024, 256, 64), (1024, 1024, 256), (256, 64, 16),
+               (4096, 1024, 256, 64, 16), (1024, 256, 64, 16), (1024, 1024, 1024, 256), (4096, 4096, 1024),
+               (4096, 4096, 1024, 256, 16))
 
 
 def log_contexts(rng: random.Random, n: int, low: int, high: int) -> list[int]:
@@ -104,6 +112,9 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
                 decodes = tuple((c, 1) for c in log_contexts(rng, b, 16, min(4096, max_context)))
                 context = rng.choice([c for c in (0, 512, 2048) if c <= max_context])
                 shapes.append(Shape(f"mixed n{n - b} b{b}", decodes + ((context, n - b),)))
+    for lengths in SEED_GROUPS:
+        if max(lengths) <= max_context and sum(lengths) <= max_pass_tokens:
+            shapes.append(Shape("prompts seed " + "+".join(map(str, lengths)), tuple((0, n) for n in lengths)))
     return [s for s in shapes if s.tokens_held <= max_tokens_held]
 
 

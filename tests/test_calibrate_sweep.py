@@ -32,6 +32,16 @@ def test_the_grid_has_batches_like_served_workloads():
                                  for s in mixed_prompts)
 
 
+def test_the_grid_has_prompt_passes_a_cuda_graph_runs_padded():
+    from engine.paged_fast import PREFILL_GRAPH_TOKENS, powers_of_two
+    buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)  # the prefill graphs' token counts
+    padded = [s for s in default_shapes(1024, 16384) if s.group.startswith("prompts seed")
+              and sum(n for _, n in s.seqs) <= buckets[-1] and sum(n for _, n in s.seqs) not in buckets]
+    # the seed's prompts in twos to fives, as a loaded engine groups them: 4,096 + 64 tokens run at 8,192
+    assert {len(s.seqs) for s in padded} == {2, 3, 4, 5} and len(padded) >= 15
+    assert any(s.seqs == ((0, 4096), (0, 64)) for s in padded)
+
+
 def test_rounds_can_keep_the_given_order():
     model = build_random("tiny", dtype="float32", seed=0)
     runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
