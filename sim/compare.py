@@ -494,12 +494,16 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
     if "over-time" in pictures:
         parts.append("<h2>Batch size and requests in the system over time</h2>" + img(pictures["over-time"]))
     for c in comparisons:
+        moved = c.diagnosis.get("cost_error")
         parts.append(f"<h2>{c.run_id}</h2><p>{c.diagnosis['verdict']}.</p><table><tr><th>metric</th><th>stat</th>"
-                     "<th>real</th><th>simulated</th><th>error</th></tr>")
+                     "<th>real</th><th>simulated</th><th>error</th>"
+                     + (f"<th>every pass {moved:.0%} shorter / longer</th>" if moved else "") + "</tr>")
         for t in c.table:
             bad = abs(t["error"]) > TARGET.get(t["stat"], 0.05) if not math.isnan(t["error"]) else False
+            span = (f"<td>{pct(signed(t['cost_lo_ms'], t['real_ms']))} .. {pct(signed(t['cost_hi_ms'], t['real_ms']))}</td>"
+                    if "cost_lo_ms" in t else "<td></td>" if moved else "")
             parts.append(f"<tr><td style='text-align:left'>{t['metric']}</td><td>{t['stat']}</td><td>{t['real_ms']:.3f}</td>"
-                         f"<td>{t['sim_ms']:.3f}</td><td class='{'bad' if bad else ''}'>{pct(t['error'])}</td></tr>")
+                         f"<td>{t['sim_ms']:.3f}</td><td class='{'bad' if bad else ''}'>{pct(t['error'])}</td>{span}</tr>")
         parts.append("</table>")
         key = f"cdf-{c.run_id}"
         if key in pictures:

@@ -168,6 +168,12 @@ def test_the_cost_error_moves_each_statistic_by_hand(moved):
     want = max(abs(1.02 * table[k]["sim_ms"] / table[k]["real_ms"] - 1) for k in keys if k[1] != "p99")
     assert check["cost_worst_p50_p90"] == pytest.approx(want, rel=1e-9)
     assert check["met_within_cost_error"] is False
+    # the report page sets each statistic's moved interval beside its error
+    from sim.compare import report_page
+    page = report_page([moved], [check], {}, f"constant:{COST}")
+    p50 = table["ttft", "p50"]
+    lo, hi = (p50[k] / p50["real_ms"] - 1 for k in ("cost_lo_ms", "cost_hi_ms"))
+    assert "every pass 2% shorter / longer" in page and f"{lo:+.1%} .. {hi:+.1%}" in page
 
 
 def test_a_real_value_between_the_moved_simulations_has_no_error(moved):
