@@ -81,8 +81,8 @@ def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2,
 
 
 TAU_RESPONSE_GRID_S = (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.12)
-FULL_TOKENS_GRID = (0, 1024, 2048, 4096)
-DECODE_WEIGHT_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # tokens a decode beside prompt tokens counts as  # 0: the older rule (prompt passes load the card fully)
+FULL_TOKENS_GRID = (0, 1024, 2048, 4096)  # 0: the older rule (prompt passes load the card fully)
+DECODE_WEIGHT_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # tokens a decode beside prompt tokens counts as
 QUIET_S = 0.15  # a pass this long after the last heavy pass ended counts as rested
 HEAVY_TOKENS = 256  # a pass of this many prompt tokens (or of prompt tokens only) counts as heavy
 
