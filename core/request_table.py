@@ -10,6 +10,10 @@ Conventions: rows are in arrival order (a simulated run's trace order); a time t
 record (`first_token_s`, `finish_s` of a rejected request) is NaN here; `rejected` keeps the
 reasons of the few rejected rows by row number; `request_id` None means row i's id is str(i)
 (a trace without ids); token times, when kept, are one flat array cut by `token_offsets`.
+`queued_s` and `scheduled_s` (when the scheduler took a request in, when its first pass started)
+are optional columns like the token times: a table keeps them (NaN: none) where its records
+have them and, built from a run, only when the run keeps token times, so a run that does not
+keeps its row of 72 bytes; a table without them gives None for both.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from core.records import RequestRecord
 FLUSH_ROWS = 4096  # finished sequences buffered before they are turned into columns
 FLOATS = ("arrival_s", "first_token_s", "finish_s", "itl_sum_s")  # the number columns, float64 (NaN: none)
 INTS = ("prompt_tokens", "max_output_tokens", "output_tokens", "itl_count", "preemptions", "replica")  # int64
+OPTIONAL = ("queued_s", "scheduled_s")  # float64 columns a table may lack (None), the last two fields
 
 
 @dataclass
@@ -44,6 +49,8 @@ class RequestTable:
     run_id: str | list[str] = ""  # one for the table, or one per row
     token_times_s: np.ndarray | None = None  # float64, every row's token times one after the other
     token_offsets: np.ndarray | None = None  # int64, n + 1: row i's times are [offsets[i], offsets[i+1])
+    queued_s: np.ndarray | None = None  # float64, NaN: none; None: not kept (every row's is None)
+    scheduled_s: np.ndarray | None = None  # float64, NaN: none; None: not kept
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -90,24 +97,29 @@ class RequestTable:
         cols = [c[start:stop].tolist() for c in (self.arrival_s, self.prompt_tokens, self.max_output_tokens,
                                                  self.output_tokens, self.first_token_s, self.finish_s,
                                                  self.itl_sum_s, self.itl_count, self.preemptions, self.replica)]
+        cols += [[None] * len(cols[0]) if c is None else c[start:stop].tolist()
+                 for c in (self.queued_s, self.scheduled_s)]
         out = []
         for row, (rid, run_id, arrival, prompt, max_out, out_tokens, first, finish, itl_sum, itl_count,
-                  preemptions, replica) in enumerate(zip(self.ids(start, stop), self.run_ids(start, stop), *cols),
-                                                     start):
+                  preemptions, replica, queued, scheduled) in enumerate(
+                      zip(self.ids(start, stop), self.run_ids(start, stop), *cols), start):
             out.append(RequestRecord(
                 request_id=rid, arrival_s=arrival, prompt_tokens=prompt, max_output_tokens=max_out,
                 output_tokens=out_tokens, first_token_s=None if first != first else first,
                 finish_s=None if finish != finish else finish, token_times_s=self.token_times(row),
                 itl_sum_s=itl_sum, itl_count=itl_count, preemptions=preemptions,
-                rejected=self.rejected.get(row), replica=replica, run_id=run_id))
+                rejected=self.rejected.get(row), replica=replica, run_id=run_id,
+                queued_s=None if queued != queued else queued,
+                scheduled_s=None if scheduled != scheduled else scheduled))
         return out
 
     @classmethod
     def from_records(cls, records: Iterable[RequestRecord]) -> "RequestTable":
-        """The records as columns, in their order."""
+        """The records as columns, in their order (`queued_s` and `scheduled_s` kept when any
+        record has one)."""
         records = list(records)
         times = [r.token_times_s for r in records]
-        return cls.from_columns({name: [getattr(r, name) for r in records] for name in (*FLOATS, *INTS)},
+        return cls.from_columns({name: [getattr(r, name) for r in records] for name in (*FLOATS, *INTS, *OPTIONAL)},
                                 [r.request_id for r in records], [r.rejected for r in records],
                                 [r.run_id for r in records], np.array([len(t) for t in times], dtype=np.int64),
                                 np.array([x for t in times for x in t], dtype=np.float64))
@@ -117,11 +129,15 @@ class RequestTable:
                      values: np.ndarray) -> "RequestTable":
         """A table from per-row columns: `columns[name]` for each number field (a time that is
         None or NaN: none), the ids, each row's rejection reason (or None) and run id, and the
-        token times as each row's count (`lengths`) and all rows' times one after the other."""
+        token times as each row's count (`lengths`) and all rows' times one after the other.
+        `queued_s` and `scheduled_s` may be absent (a file written before they were recorded):
+        the table keeps each only where some row has one."""
         floats = {k: np.asarray(columns[k], dtype=np.float64) for k in FLOATS}
         ints = {k: np.asarray(columns[k], dtype=np.int64) for k in INTS}
+        optional = {k: np.asarray(columns[k], dtype=np.float64) if k in columns else None for k in OPTIONAL}
+        optional = {k: None if c is None or np.isnan(c).all() else c for k, c in optional.items()}
         kept = bool(lengths.any())
-        return cls(**floats, **ints, request_id=ids,
+        return cls(**floats, **ints, **optional, request_id=ids,
                    rejected={i: r for i, r in enumerate(rejected) if r is not None},
                    run_id=run_ids[0] if run_ids and all(x == run_ids[0] for x in run_ids) else run_ids,
                    token_times_s=values if kept else None,
@@ -134,7 +150,8 @@ class TableBuilder:
 
     A sequence's row is its `index` (arrival order); `ids` says whether the trace had its own
     request ids (kept) or not (str(index), derived when needed). The row's fields are those of
-    `Sequence.record()`.
+    `Sequence.record()`; its token times, `queued_s` and `scheduled_s` only with `keep_token_times`
+    (without them a row costs 72 bytes while the run goes: 4 floats and 5 ints).
     """
 
     def __init__(self, run_id: str = "", keep_token_times: bool = False, ids: bool = False, capacity: int = 1024):
@@ -144,7 +161,8 @@ class TableBuilder:
         self.count = 0
         self.rejected: dict[int, str] = {}
         capacity = max(1, capacity)
-        self.floats = np.full((4, capacity), np.nan)  # arrival, first token, last token, finish
+        # arrival, first token, last token, finish (and queued, scheduled with token times)
+        self.floats = np.full((6 if keep_token_times else 4, capacity), np.nan)
         self.ints = np.zeros((5, capacity), dtype=np.int64)  # prompt, max output, num_tokens, preemptions, replica
         self.ids: list | None = [None] * capacity if ids else None
         self.times: list | None = [None] * capacity if keep_token_times else None
@@ -181,6 +199,9 @@ class TableBuilder:
         self.floats[1, index] = np.array([s.first_token_s for s in buf], dtype=np.float64)  # None -> NaN
         self.floats[2, index] = np.array([s.last_token_s for s in buf], dtype=np.float64)
         self.floats[3, index] = np.array([s.finish_s for s in buf], dtype=np.float64)
+        if self.keep_token_times:
+            self.floats[4, index] = np.array([s.queued_s for s in buf], dtype=np.float64)
+            self.floats[5, index] = np.array([s.scheduled_s for s in buf], dtype=np.float64)
         self.ints[0, index] = [s.prompt_tokens for s in buf]
         self.ints[1, index] = [s.max_output_tokens for s in buf]
         self.ints[2, index] = [s.num_tokens for s in buf]
@@ -220,4 +241,5 @@ class TableBuilder:
             first_token_s=f[1], finish_s=f[3], itl_sum_s=itl_sum,
             itl_count=np.where(several, out - 1, 0), preemptions=i[3], replica=i[4],
             request_id=self.ids[:n] if self.ids is not None else None, rejected=dict(self.rejected),
-            run_id=self.run_id, token_times_s=values, token_offsets=offsets)
+            run_id=self.run_id, token_times_s=values, token_offsets=offsets,
+            queued_s=f[4] if self.keep_token_times else None, scheduled_s=f[5] if self.keep_token_times else None)

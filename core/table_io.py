@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from core.records import RequestRecord, _replace_atomically, read_request_records
-from core.request_table import FLOATS, INTS, RequestTable
+from core.request_table import FLOATS, INTS, OPTIONAL, RequestTable
 
 BLOCK_ROWS = 65_536
 COLUMNS = [f.name for f in dataclasses.fields(RequestRecord)]
@@ -28,8 +28,9 @@ PARQUET_EXTRA = "pip install 'llm-serving-sim[parquet]' (or pip install pyarrow)
 
 _JSON_ROW = ('{"request_id": %s, "arrival_s": %s, "prompt_tokens": %s, "max_output_tokens": %s, '
              '"output_tokens": %s, "first_token_s": %s, "finish_s": %s, "token_times_s": %s, "itl_sum_s": %s, '
-             '"itl_count": %s, "preemptions": %s, "rejected": %s, "replica": %s, "run_id": %s}\n')
-_NUMBERS = (*FLOATS, *INTS)  # the columns written as numbers
+             '"itl_count": %s, "preemptions": %s, "rejected": %s, "replica": %s, "run_id": %s, "queued_s": %s, '
+             '"scheduled_s": %s}\n')
+_NUMBERS = (*FLOATS, *INTS, *OPTIONAL)  # the columns written as numbers
 
 
 def pyarrow_or_error():
@@ -49,8 +50,11 @@ def _blocks(table: RequestTable):
 
 def _numbers(table: RequestTable, lo: int, hi: int) -> dict[str, list[str]]:
     """Rows lo..hi (lo < hi) of the number columns as text: Python's repr of each value, as
-    json and csv write them ("nan" for a time that is None)."""
-    return {name: repr(getattr(table, name)[lo:hi].tolist())[1:-1].split(", ") for name in _NUMBERS}
+    json and csv write them ("nan" for a time that is None, and for every row of an optional
+    column the table does not keep)."""
+    def text(column) -> list[str]:
+        return ["nan"] * (hi - lo) if column is None else repr(column[lo:hi].tolist())[1:-1].split(", ")
+    return {name: text(getattr(table, name)) for name in _NUMBERS}
 
 
 def _none_as(column: list[str], none: str) -> list[str]:
@@ -82,7 +86,8 @@ def _json_lines(table: RequestTable, lo: int, hi: int, numbers: dict[str, list[s
         ids, n["arrival_s"], n["prompt_tokens"], n["max_output_tokens"], n["output_tokens"],
         _none_as(n["first_token_s"], "null"), _none_as(n["finish_s"], "null"),
         _token_times(table, lo, hi, lambda t: "[" + ", ".join(map(repr, t)) + "]"), n["itl_sum_s"],
-        n["itl_count"], n["preemptions"], _rejected(table, lo, hi, "null", json_string), n["replica"], run_ids))
+        n["itl_count"], n["preemptions"], _rejected(table, lo, hi, "null", json_string), n["replica"], run_ids,
+        _none_as(n["queued_s"], "null"), _none_as(n["scheduled_s"], "null")))
 
 
 def _csv_rows(table: RequestTable, lo: int, hi: int, numbers: dict[str, list[str]]):
@@ -90,7 +95,8 @@ def _csv_rows(table: RequestTable, lo: int, hi: int, numbers: dict[str, list[str
     return zip(table.ids(lo, hi), n["arrival_s"], n["prompt_tokens"], n["max_output_tokens"], n["output_tokens"],
                _none_as(n["first_token_s"], ""), _none_as(n["finish_s"], ""),
                _token_times(table, lo, hi, lambda t: " ".join(map(repr, t))), n["itl_sum_s"], n["itl_count"],
-               n["preemptions"], _rejected(table, lo, hi, "", str), n["replica"], table.run_ids(lo, hi))
+               n["preemptions"], _rejected(table, lo, hi, "", str), n["replica"], table.run_ids(lo, hi),
+               _none_as(n["queued_s"], ""), _none_as(n["scheduled_s"], ""))
 
 
 def write_table_text(table: RequestTable, jsonl: str | Path | None = None, csv_path: str | Path | None = None) -> None:
@@ -136,14 +142,21 @@ def write_table_csv(table: RequestTable, path: str | Path) -> None:
 
 def write_table_parquet(table: RequestTable, path: str | Path) -> None:
     """The table as a Parquet file: one column per RequestRecord field (times that are None are
-    nulls, token times a list column), a row group per block of rows."""
+    nulls, token times a list column; `queued_s` and `scheduled_s` all nulls when the table does
+    not keep them), a row group per block of rows."""
     pa, pq = pyarrow_or_error()
     schema = pa.schema([("request_id", pa.string()), ("arrival_s", pa.float64()), ("prompt_tokens", pa.int64()),
                         ("max_output_tokens", pa.int64()), ("output_tokens", pa.int64()),
                         ("first_token_s", pa.float64()), ("finish_s", pa.float64()),
                         ("token_times_s", pa.large_list(pa.float64())), ("itl_sum_s", pa.float64()),
                         ("itl_count", pa.int64()), ("preemptions", pa.int64()), ("rejected", pa.string()),
-                        ("replica", pa.int64()), ("run_id", pa.string())])
+                        ("replica", pa.int64()), ("run_id", pa.string()), ("queued_s", pa.float64()),
+                        ("scheduled_s", pa.float64())])
+
+    def nullable(column, lo: int, hi: int):
+        if column is None:
+            return pa.nulls(hi - lo, pa.float64())
+        return pa.array(column[lo:hi], mask=np.isnan(column[lo:hi]))
 
     def write(tmp: Path) -> None:
         with pq.ParquetWriter(tmp, schema) as w:
@@ -154,14 +167,14 @@ def write_table_parquet(table: RequestTable, path: str | Path) -> None:
                     o = table.token_offsets[lo:hi + 1]
                     offsets, values = o - o[0], table.token_times_s[o[0]:o[-1]]
                 rejected = _rejected(table, lo, hi, None, str)
-                first, finish = table.first_token_s[lo:hi], table.finish_s[lo:hi]
                 w.write_batch(pa.record_batch([
                     pa.array(table.ids(lo, hi), pa.string()), table.arrival_s[lo:hi], table.prompt_tokens[lo:hi],
                     table.max_output_tokens[lo:hi], table.output_tokens[lo:hi],
-                    pa.array(first, mask=np.isnan(first)), pa.array(finish, mask=np.isnan(finish)),
+                    nullable(table.first_token_s, lo, hi), nullable(table.finish_s, lo, hi),
                     pa.LargeListArray.from_arrays(offsets, values), table.itl_sum_s[lo:hi], table.itl_count[lo:hi],
                     table.preemptions[lo:hi], pa.array(rejected, pa.string()), table.replica[lo:hi],
-                    pa.array(table.run_ids(lo, hi), pa.string())], schema=schema))
+                    pa.array(table.run_ids(lo, hi), pa.string()), nullable(table.queued_s, lo, hi),
+                    nullable(table.scheduled_s, lo, hi)], schema=schema))
 
     _replace_atomically(Path(path), write)
 
@@ -185,12 +198,12 @@ def _read_csv(path: Path) -> RequestTable:
     import pandas as pd
     text = {"request_id": str, "token_times_s": str, "rejected": str, "run_id": str}
     exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}  # pandas 3: the default
-    frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values={"first_token_s": [""], "finish_s": [""]},
-                        **exact)
+    empty = {name: [""] for name in ("first_token_s", "finish_s", *OPTIONAL)}  # a time that is None
+    frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values=empty, **exact)
     times = [[float(x) for x in cell.split()] for cell in frame["token_times_s"]]
     lengths = np.array([len(t) for t in times], dtype=np.int64)
     values = np.array([x for t in times for x in t], dtype=np.float64)
-    return RequestTable.from_columns(frame, frame["request_id"].tolist(),
+    return RequestTable.from_columns(frame, frame["request_id"].tolist(),  # (an older file lacks OPTIONAL's)
                                      [r if r else None for r in frame["rejected"]], frame["run_id"].tolist(),
                                      lengths, values)
 
@@ -201,7 +214,8 @@ def _read_parquet(path: Path) -> RequestTable:
     t = pq.read_table(path)
     times = t.column("token_times_s").combine_chunks()
     lengths = np.asarray(pc.list_value_length(times).to_numpy(zero_copy_only=False), dtype=np.int64)
-    columns = {name: t.column(name).to_numpy(zero_copy_only=False) for name in COLUMNS
+    present = [name for name in COLUMNS if name in t.column_names]  # (an older file lacks OPTIONAL's)
+    columns = {name: t.column(name).to_numpy(zero_copy_only=False) for name in present
                if name not in ("request_id", "token_times_s", "rejected", "run_id")}
     return RequestTable.from_columns(columns, t.column("request_id").to_pylist(), t.column("rejected").to_pylist(),
                                      t.column("run_id").to_pylist(), lengths,

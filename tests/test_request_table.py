@@ -3,6 +3,8 @@ objects they replace, the same bytes on disk, Parquet round trips, and a footpri
 and per request that does not grow with what has passed."""
 from __future__ import annotations
 
+import csv
+import dataclasses
 import json
 import math
 import os
@@ -15,8 +17,9 @@ import pytest
 
 from core.kv import BlockPool
 from core.metrics import compute_metrics
-from core.records import RequestRecord, records_to_csv, write_jsonl
-from core.request_table import RequestTable
+from core.records import RequestRecord, records_to_csv, to_dict, write_jsonl
+from core.request_table import RequestTable, TableBuilder
+from core.scheduler import Sequence
 from core.table_io import read_table, write_table_csv, write_table_jsonl, write_table_parquet
 from sim import run as sim_run
 from sim.__main__ import main
@@ -98,7 +101,9 @@ def test_rows_are_the_records_and_give_their_metrics(name, times, monkeypatch):
     KeepingBuilder.kept = []
     result = simulate_spec(RunSpec(**FIXTURES[name], keep_token_times=times, run_id="r"))
     records = [s.record("r") for s in sorted(KeepingBuilder.kept, key=lambda s: s.index)]
-    assert result.table.records() == records
+    assert all(r.queued_s is not None for r in records)  # the simulator records them
+    kept = records if times else without_queue_times(records)  # the table keeps them with token times
+    assert result.table.records() == kept
     assert RequestTable.from_records(records).records() == records
     if name != "poisson r8, continuous":
         assert sum(r.rejected is not None for r in records) or sum(r.preemptions for r in records) or \
@@ -107,7 +112,7 @@ def test_rows_are_the_records_and_give_their_metrics(name, times, monkeypatch):
     for slos in SLOS:
         table_metrics = compute_metrics(result.table, slos)
         assert metrics_view(table_metrics, keep_all) == reference_metrics(records, slos)
-        assert same(compute_metrics(records, slos), table_metrics)
+        assert same(compute_metrics(kept, slos), table_metrics)
 
 
 def test_a_finished_request_costs_a_row_of_under_100_bytes():
@@ -117,6 +122,7 @@ def test_a_finished_request_costs_a_row_of_under_100_bytes():
                                                 "first_token_s", "finish_s", "itl_sum_s", "itl_count",
                                                 "preemptions", "replica"))
     assert t.request_id is None and t.token_times_s is None and nbytes / len(t) <= 80
+    assert t.queued_s is None and t.scheduled_s is None
 
 
 def odd_records() -> list[RequestRecord]:
@@ -128,8 +134,64 @@ def odd_records() -> list[RequestRecord]:
     return records
 
 
+def without_queue_times(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [dataclasses.replace(r, queued_s=None, scheduled_s=None) for r in records]
+
+
+def record_sets():
+    """Records with queued_s and scheduled_s (some rows without: a rejection is never scheduled),
+    records without them, and none."""
+    odd = odd_records()
+    assert any(r.queued_s is not None and r.scheduled_s is None for r in odd)  # rejected: taken in, never run
+    assert any(r.scheduled_s is not None for r in odd)
+    plain = simulate_spec(RunSpec(trace="traces/data/poisson_p256_r8.csv")).requests
+    return [odd, without_queue_times(odd), plain, []]
+
+
+def test_queue_times_are_kept_where_the_records_have_them():
+    odd = odd_records()
+    table = RequestTable.from_records(odd)
+    assert table.queued_s is not None and table.scheduled_s is not None
+    assert np.isnan(table.scheduled_s).any() and not np.isnan(table.scheduled_s).all()
+    assert table.records() == odd and table.records(5, 9) == odd[5:9]
+    bare = RequestTable.from_records(without_queue_times(odd))
+    assert bare.queued_s is None and bare.scheduled_s is None
+    assert bare.records() == without_queue_times(odd)
+    one = without_queue_times(odd)
+    one[3] = dataclasses.replace(one[3], queued_s=1.25)  # one value is enough to keep the column
+    table = RequestTable.from_records(one)
+    assert table.queued_s is not None and table.scheduled_s is None and table.records() == one
+
+
+def sequence(index: int, queued_s, scheduled_s, keep_token_times: bool) -> Sequence:
+    s = Sequence(f"q{index}", 0.5 * index, 8, 3, keep_token_times=keep_token_times, index=index)
+    s.num_tokens = 11
+    s.first_token_s, s.last_token_s, s.finish_s = 1.0 + index, 1.5 + index, 1.5 + index
+    if s.token_times is not None:
+        s.token_times += [1.0 + index, 1.25 + index, 1.5 + index]
+    s.queued_s, s.scheduled_s = queued_s, scheduled_s
+    return s
+
+
+@pytest.mark.parametrize("times", [True, False], ids=["token times", "no token times"])
+def test_the_builder_keeps_queue_times_only_with_token_times(times):
+    seqs = [sequence(0, 0.125, 0.5, times), sequence(1, 0.75, None, times), sequence(2, 1.0625, 1.5, times)]
+    seqs[1].rejected, seqs[1].num_tokens, seqs[1].first_token_s = "too long", 8, None
+    seqs[1].last_token_s = seqs[1].finish_s = None
+    if seqs[1].token_times is not None:
+        seqs[1].token_times.clear()
+    builder = TableBuilder("b", keep_token_times=times, ids=True)
+    for s in reversed(seqs):  # rows go by index, whatever order they finish in
+        builder.add(s)
+    table = builder.table()
+    assert (table.queued_s is not None, table.scheduled_s is not None) == (times, times)
+    expected = [s.record("b") for s in seqs]
+    assert table.records() == (expected if times else without_queue_times(expected))
+    assert [r.scheduled_s for r in table.records()] == ([0.5, None, 1.5] if times else [None] * 3)
+
+
 def test_table_files_are_byte_for_byte_the_record_files(tmp_path):
-    for records in (odd_records(), simulate_spec(RunSpec(trace="traces/data/poisson_p256_r8.csv")).requests, []):
+    for records in record_sets():
         table = RequestTable.from_records(records)
         write_jsonl(records, tmp_path / "a.jsonl")
         records_to_csv(records, tmp_path / "a.csv")
@@ -144,11 +206,33 @@ def test_table_files_are_byte_for_byte_the_record_files(tmp_path):
 
 def test_parquet_round_trip(tmp_path):
     pytest.importorskip("pyarrow", reason="pyarrow is the optional [parquet] extra; not installed here")
-    for records in (odd_records(), simulate_spec(RunSpec(trace="traces/data/poisson_p256_r8.csv")).requests):
+    for records in record_sets()[:3]:
         write_table_parquet(RequestTable.from_records(records), tmp_path / "r.parquet")
         back = read_table(tmp_path / "r.parquet")
         assert back.records() == records
         assert same(compute_metrics(back), compute_metrics(records))
+
+
+def test_files_written_before_queue_times_still_read(tmp_path):
+    """JSONL, CSV and Parquet files without the queued_s and scheduled_s columns (as written
+    before they were recorded) read back as the same records with None for both."""
+    records = without_queue_times(odd_records())
+    old = [{k: v for k, v in to_dict(r).items() if k not in ("queued_s", "scheduled_s")} for r in records]
+    write_jsonl(old, tmp_path / "old.jsonl")
+    records_to_csv(old, tmp_path / "old.csv")
+    with open(tmp_path / "old.csv", newline="", encoding="utf-8") as f:
+        assert next(csv.reader(f))[-1] == "run_id"
+    for name in ("old.jsonl", "old.csv"):
+        table = read_table(tmp_path / name)
+        assert table.queued_s is None and table.records() == records
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is the optional [parquet] extra; not installed here")
+    write_table_parquet(RequestTable.from_records(records), tmp_path / "new.parquet")
+    columns = pq.read_table(tmp_path / "new.parquet")
+    assert columns.column("queued_s").null_count == len(records)
+    pq.write_table(columns.drop_columns(["queued_s", "scheduled_s"]), tmp_path / "old.parquet")
+    assert "queued_s" not in pq.read_table(tmp_path / "old.parquet").column_names
+    table = read_table(tmp_path / "old.parquet")
+    assert table.queued_s is None and table.records() == records
 
 
 def metric_lines(text: str) -> list[str]:
