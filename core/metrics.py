@@ -11,6 +11,10 @@ One function, `compute_metrics`, serves real runs and simulated runs alike:
   at once) to the last response, a rejected request's refusal included.
 - goodput: completed requests that meet every given SLO (ttft, tpot, e2el; milliseconds, as
   vLLM's `--goodput ttft:MS tpot:MS`), per second.
+- TTFT's stages, where the records have the times they need (the continuous engine's, and a
+  simulation's that keeps token times), as vLLM's queued and scheduled timestamps split it:
+  intake (taken in - arrival), queue (first pass start - taken in) and prefill (first token -
+  first pass start), per completed request; they add up to its TTFT.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from core.request_table import RequestTable
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 SLO_METRICS = ("ttft", "tpot", "e2el")
+STAGES = ("intake", "queue", "prefill")  # TTFT's parts, when recorded
 
 
 @dataclass
@@ -63,6 +68,9 @@ class Metrics:
     itl: Distribution
     e2el: Distribution
     preemptions: int = 0
+    intake: Distribution | None = None   # TTFT's stages (STAGES): None when not recorded
+    queue: Distribution | None = None
+    prefill: Distribution | None = None
 
     def as_row(self) -> dict:
         """Flat dict with vLLM's key names (latencies in ms), for CSV/JSON and charts."""
@@ -78,8 +86,10 @@ class Metrics:
             "request_goodput": self.goodput,
             "preemptions": self.preemptions,
         }
-        for name in ("ttft", "tpot", "itl", "e2el"):
-            d: Distribution = getattr(self, name)
+        for name in ("ttft", "tpot", "itl", "e2el", *STAGES):
+            d: Distribution | None = getattr(self, name)
+            if d is None:
+                continue
             row[f"mean_{name}_ms"] = d.mean * 1e3
             row[f"median_{name}_ms"] = d.median * 1e3
             row[f"std_{name}_ms"] = d.std * 1e3
@@ -156,6 +166,13 @@ def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[
             good &= np.isnan(values[k]) | (values[k] <= limit)  # no value (e.g. one output token): no SLO
         goodput = per_s(int(good.sum()))
 
+    stages = {}
+    if t.queued_s is not None and t.scheduled_s is not None:
+        queued, scheduled = t.queued_s[started], t.scheduled_s[started]
+        if not (np.isnan(queued).any() or np.isnan(scheduled).any()):
+            parts = (queued - arrival[started], scheduled - queued, first[started] - scheduled)
+            stages = {name: Distribution.of(x, percentiles) for name, x in zip(STAGES, parts)}
+
     total_in = int(t.prompt_tokens[done].sum())
     total_out = int(out[done].sum())
     return Metrics(
@@ -165,7 +182,7 @@ def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[
         total_token_throughput=per_s(total_in + total_out), goodput=goodput,
         ttft=Distribution.of(ttfts, percentiles), tpot=Distribution.of(tpots, percentiles),
         itl=itl, e2el=Distribution.of(e2els, percentiles),
-        preemptions=int(t.preemptions.sum()),
+        preemptions=int(t.preemptions.sum()), **stages,
     )
 
 
@@ -197,6 +214,12 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:
         for p, v in d.percentiles.items():
             if p != 50:  # the median, printed above
                 kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
+    if m.intake is not None:
+        lines.append(f"{'TTFT by stage (median / P99)':-^60}")
+        for name, label in (("intake", "Intake, arrival to taken in"), ("queue", "Queue, to first pass"),
+                            ("prefill", "Prefill, to first token")):
+            d = getattr(m, name)
+            kv(f"{label} (ms):", f"{d.median * 1e3:.2f} / {d.percentiles.get(99.0, math.nan) * 1e3:.2f}", "{}")
     lines.append("=" * 60)
     return "\n".join(lines)
 

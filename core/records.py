@@ -120,6 +120,13 @@ class RequestRecord:
         rejected: None, or the reason the request was refused.
         replica: which replica served it.
         run_id: the run it belongs to.
+        queued_s: when the serving engine's scheduler took the request in (the continuous
+            engine: when its host loop picked it up, after the router's hand-over on several
+            replicas; the simulator: when its replica's scheduler got it), None if not recorded.
+        scheduled_s: when the first pass that computed any of its tokens started on the device,
+            None if not recorded or never scheduled. TTFT splits into intake (queued_s -
+            arrival_s), queueing (scheduled_s - queued_s) and prefill (first_token_s -
+            scheduled_s), as vLLM's queued and scheduled timestamps split it.
     """
 
     request_id: str
@@ -136,6 +143,8 @@ class RequestRecord:
     rejected: str | None = None
     replica: int = 0
     run_id: str = ""
+    queued_s: float | None = None
+    scheduled_s: float | None = None
 
     @property
     def completed(self) -> bool:

@@ -77,7 +77,7 @@ class Sequence:
     __slots__ = ("request_id", "arrival_s", "prompt_tokens", "max_output_tokens", "priority",
                  "block_hashes", "index", "rank", "num_tokens", "num_computed", "block_table",
                  "shared", "swapped", "first_token_s", "last_token_s", "finish_s", "token_times",
-                 "preemptions", "rejected", "replica", "token_ids")
+                 "preemptions", "rejected", "replica", "token_ids", "queued_s", "scheduled_s")
 
     def __init__(self, request_id: str, arrival_s: float, prompt_tokens: int, max_output_tokens: int,
                  priority: int = 0, block_hashes: list[int] | None = None,
@@ -106,6 +106,8 @@ class Sequence:
         self.rejected: str | None = None
         self.replica = 0
         self.token_ids = None if token_ids is None else list(token_ids)
+        self.queued_s: float | None = None  # when the scheduler took it in (`Scheduler.add`)
+        self.scheduled_s: float | None = None  # when its first pass started (`note_started`)
 
     @property
     def generated(self) -> int:
@@ -120,7 +122,7 @@ class Sequence:
             finish_s=self.finish_s, token_times_s=self.token_times if self.token_times is not None else [],
             itl_sum_s=self.last_token_s - self.first_token_s if out > 1 else 0.0,
             itl_count=out - 1 if out > 1 else 0, preemptions=self.preemptions, rejected=self.rejected,
-            replica=self.replica, run_id=run_id)
+            replica=self.replica, run_id=run_id, queued_s=self.queued_s, scheduled_s=self.scheduled_s)
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, prompt={self.prompt_tokens}, "
@@ -146,6 +148,15 @@ class ScheduledPass:
     swap_out: list[tuple[Sequence, list[int]]] | tuple = ()
     swap_in: list[tuple[Sequence, list[int]]] | tuple = ()
     decode: bool = False
+
+    def started(self, start_s: float) -> None:
+        """The pass started on the device at `start_s`: the first pass of those of its
+        sequences that had none (their `scheduled_s`); the engine and the simulator both call it."""
+        if self.decode:  # everyone in it has run before
+            return
+        for seq in self.seqs:
+            if seq.scheduled_s is None:
+                seq.scheduled_s = start_s
 
 
 class Scheduler:
@@ -207,8 +218,12 @@ class Scheduler:
                     f"exceeds max_model_len {self.max_model_len}")
         return None
 
-    def add(self, seq: Sequence) -> str | None:
-        """Queue an arriving sequence; return the rejection reason if it can never run."""
+    def add(self, seq: Sequence, now: float | None = None) -> str | None:
+        """Queue an arriving sequence, taken in at `now` (its arrival when None; a sequence
+        handed over from another replica keeps its first intake); return the rejection reason
+        if it can never run."""
+        if seq.queued_s is None:
+            seq.queued_s = seq.arrival_s if now is None else now
         reason = self.check(seq)
         if reason is not None:
             seq.rejected = reason

@@ -388,13 +388,14 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
                            req.max_output_tokens, keep_token_times=True, index=i, token_ids=req.prompt)
             seq.replica = replica
             seqs[i] = seq
-            if scheduler.add(seq) is not None:
+            if scheduler.add(seq, now) is not None:
                 finish(seq.record(run_id))
 
     def retire(done: Launched) -> None:
         nonlocal finished_count
         sampled, start, end = runner.collect(done)
         end_of_pass.append(end)
+        done.plan.started(start)
         host = done.host
         if overlap:
             for s, r in enumerate(host.order):

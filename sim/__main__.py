@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="simulate one configuration")
     add_run_args(run, sweep=False)
     run.add_argument("--token-times", choices=["auto", "on", "off"], default="auto",
-                     help=f"keep every token's time (auto: for traces up to {SMALL_TRACE:,} requests)")
+                     help=f"keep every token's time, and when each request was taken in and first scheduled "
+                          f"(TTFT's stages) (auto: for traces up to {SMALL_TRACE:,} requests)")
     run.add_argument("--pass-log", choices=["auto", "on", "off"], default="auto",
                      help="keep a PassRecord per pass (auto: for traces up to 2,000 requests)")
     run.add_argument("--format", default=DEFAULT_FORMATS, metavar="FMT[,FMT]",

@@ -94,7 +94,7 @@ class RunSpec:
     noise: bool = option(False, "scatter pass and host times as the calibration measured the engine's own (its "
                                 "\"noise\" field; seeded by --seed: replications give a spread of schedules)", type=bool)
     # not command-line options: what a run keeps, and its name
-    keep_token_times: bool = False
+    keep_token_times: bool = False  # (and each request's queued_s and scheduled_s)
     log_passes: bool = False
     fast_forward: bool = True
     run_id: str = "sim"

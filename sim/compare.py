@@ -5,7 +5,8 @@ cost model was calibrated on), the simulator replays exactly the same requests (
 prompt and output lengths, from the run's own request records) with the same policy, limits,
 KV blocks, replicas, router and overlap, with the calibrated cost model. Per run it sets the
 metrics side by side (mean, p50, p90, p99 of TTFT, TPOT, ITL and E2EL, throughput, mean batch
-size, preemptions) with the signed error, and says where a miss comes from, from the records:
+size, preemptions; and of TTFT's stages, intake, queue and prefill, where the run's records time
+them) with the signed error, and says where a miss comes from, from the records:
 the cost model on the run's own passes (predicted against measured durations), the engine's
 idle time between passes (which the simulator does not have), preemptions, and what is left
 (queueing). Writes OUT/errors.csv, OUT/report.html (one page, opens from disk) and the charts.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.metrics import compute_metrics
+from core.metrics import STAGES, compute_metrics
 from core.records import PassRecord, RequestRecord
 from core.runstore import RunStore
 from sim.cost import ScaledCost
@@ -99,8 +100,10 @@ def simulate_like(row: dict, requests: list[RequestRecord], cost, fast_forward: 
 
 def stats(metrics) -> dict:
     out = {}
-    for name in METRICS:
+    for name in (*METRICS, *STAGES):
         d = getattr(metrics, name)
+        if d is None:  # a stage the records do not time
+            continue
         out[name] = {"mean": d.mean, "p50": d.percentiles.get(50.0, d.median), "p90": d.percentiles.get(90.0),
                      "p99": d.percentiles.get(99.0)}
     return out
@@ -152,14 +155,15 @@ def compare(row: dict, store: RunStore, cost: str, cost_model, seeds: int = 0, c
     shifted = [stats(compute_metrics(simulate_like(row, real, ScaledCost(cost_model, 1 + e)).table))
                for e in (-cost_error, cost_error)] if cost_error > 0 and not saturated(row) else []
     table = []
-    for name in METRICS:
+    timed = [m for m in STAGES if m in rs and all(m in e for e in each)]  # TTFT's stages, where both time them
+    for name in (*METRICS, *timed):
         for st in STATS:
             values = [e[name][st] for e in each]
             mid = float(np.median(values))
             table.append({"metric": name, "stat": st, "real_ms": rs[name][st] * 1e3, "sim_ms": mid * 1e3,
                           "error": signed(mid, rs[name][st]), "sim_lo_ms": min(values) * 1e3,
                           "sim_hi_ms": max(values) * 1e3})
-            if shifted:
+            if shifted and name in METRICS:
                 moved = [e[name][st] for e in shifted]
                 table[-1] |= {"cost_lo_ms": min(moved) * 1e3, "cost_hi_ms": max(moved) * 1e3}
     real_batch = float(np.mean([p.batch_size for p in real_passes]))

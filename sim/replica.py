@@ -133,8 +133,9 @@ class Replica:
                 seq.rejected = reason
                 return reason
             self.deferred.append(seq)
-        else:
-            reason = self.scheduler.add(seq)
+        else:  # a sleeping engine notices it `wake_s` late
+            asleep = self.host is not None and (self.wakeup is not None or (self.interruptible and not self.busy))
+            reason = self.scheduler.add(seq, self.env.now + (self.host.wake_s if asleep else 0.0))
             if reason is not None:
                 return reason
         if self.run is None or admits_newcomers(self.scheduler):
@@ -225,7 +226,7 @@ class Replica:
         keep = []
         for seq in self.deferred:
             if seq.arrival_s <= seen_by + TIE_S:
-                self.scheduler.add(seq)
+                self.scheduler.add(seq, max(seq.arrival_s, seen_by))  # the engine's host took it in when it planned
             else:
                 keep.append(seq)
         self.deferred = keep
@@ -247,6 +248,7 @@ class Replica:
     def one_pass(self, plan: ScheduledPass):
         env = self.env
         start = env.now
+        plan.started(start)
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
             u = self.heat.heat.load(plan.new_tokens)
@@ -285,6 +287,7 @@ class Replica:
         """k decode passes in one step, cut short at the first pass boundary after news."""
         env = self.env
         start = env.now
+        plan.started(start)
         self.run = (plan, start, a, b, k)
         self.interruptible = True
         try:

@@ -29,6 +29,7 @@ def checked_run(trace: Trace, make_scheduler, cost, **kw) -> SimResult:
             times = r.token_times_s
             assert len(times) == r.output_tokens == r.max_output_tokens
             assert times[0] > r.arrival_s
+            assert r.arrival_s <= r.queued_s <= r.scheduled_s < times[0], r
             assert all(b >= a for a, b in zip(times, times[1:]))
     L, lam, W = littles_law(result.requests)
     assert math.isclose(L, lam * W, rel_tol=1e-9, abs_tol=1e-12), (L, lam, W)

@@ -37,7 +37,8 @@ def reference(model):
 def run(model, scheduler, num_blocks, reqs=None, **kw):
     cache = PagedKVCache(model.config, num_blocks, BLOCK, torch.float32, "cpu")
     runner = ModelRunner(model, cache, max_num_seqs=16, kernels=kw.pop("kernels", "eager"))
-    return serve(reqs or requests(), scheduler, runner, realtime=False, **kw)
+    realtime = any(r.arrival_s for r in reqs or ())
+    return serve(reqs or requests(), scheduler, runner, realtime=realtime, **kw)
 
 
 POLICIES = {
@@ -60,6 +61,21 @@ def test_every_policy_gives_each_request_the_cached_engines_tokens(model, refere
         ends = {round(p.start_s + p.duration_s, 12) for p in res.passes}
         assert all(round(t, 12) in ends for t in r.token_times_s)
         assert r.token_times_s == sorted(r.token_times_s)
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "sync"])
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_each_request_records_when_it_was_taken_in_and_when_its_first_pass_started(model, policy, overlap):
+    """Requests 20 ms apart in real time: each is taken in at or after its arrival and before its
+    first pass starts; that start is a logged pass's start (with whole prompts, that of the pass
+    that ends at its first token)."""
+    res = run(model, POLICIES[policy](BlockPool(200, BLOCK)), 200, reqs=requests(5, gap=0.02), overlap=overlap)
+    starts = sorted(p.start_s for p in res.passes)
+    for r in res.requests:
+        assert r.arrival_s <= r.queued_s <= r.scheduled_s <= r.first_token_s
+        assert r.scheduled_s in starts
+        if policy == "continuous":
+            assert any(p.start_s == r.scheduled_s and p.start_s + p.duration_s == r.first_token_s for p in res.passes)
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])

@@ -27,6 +27,21 @@ def test_latencies_and_throughput_by_hand():
     assert m.total_token_throughput == pytest.approx(25 / 0.9)
 
 
+def test_ttfts_stages_by_hand_and_none_when_untimed():
+    a = served("a", 0.0, [0.1, 0.2])               # taken in at 0.01, first pass at 0.04: 10 + 30 + 60 ms
+    a.queued_s, a.scheduled_s = 0.01, 0.04
+    b = served("b", 0.5, [0.8, 0.9])               # 0 + 100 + 200 ms
+    b.queued_s, b.scheduled_s = 0.5, 0.6
+    m = compute_metrics([a, b])
+    assert (m.intake.mean, m.queue.mean, m.prefill.mean) == pytest.approx((0.005, 0.065, 0.13))
+    assert m.intake.mean + m.queue.mean + m.prefill.mean == pytest.approx(m.ttft.mean)
+    row = m.as_row()
+    assert row["median_queue_ms"] == pytest.approx(65.0) and row["p99_prefill_ms"] == pytest.approx(60 + 0.99 * 140)
+    b.scheduled_s = None                           # one request untimed: no stages at all
+    m = compute_metrics([a, b])
+    assert m.intake is m.queue is m.prefill is None and "mean_intake_ms" not in m.as_row()
+
+
 def test_duration_runs_to_the_last_response_rejections_included():
     """vLLM's benchmark duration ends at the last response, a failed request's included: a
     request refused after the last completion lengthens the run."""

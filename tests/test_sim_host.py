@@ -35,6 +35,9 @@ def test_idle_start_pays_the_host_time_and_a_sleep_the_wake():
     first, second = sorted(r.requests, key=lambda x: x.arrival_s)
     assert math.isclose(first.ttft_s, 0.001 + 0.01)
     assert math.isclose(second.ttft_s, 0.0015 + 0.01)
+    # taken in at once, and after the wake; each first pass starts after the host time
+    assert (first.queued_s, first.scheduled_s) == (0.0, 0.001)
+    assert math.isclose(second.queued_s, 1.0005) and math.isclose(second.scheduled_s, 1.0015)
     # the passes after the first are planned while one runs: no delay, 10 ms apart
     assert math.isclose(first.token_times_s[1] - first.token_times_s[0], 0.01)
     # a large pass: per token beyond the fixed time (1900 tokens x 1 us = 1.9 ms > 1 ms)
@@ -58,6 +61,9 @@ def test_retire_lag_lets_a_request_just_after_a_pass_end_join_the_next_plan():
     early = [x for x in run(rows, Hosted(0.01, HostTime(retire_s=30e-6))).requests if x.arrival_s > 0][0]
     assert math.isclose(late.first_token_s, 0.05)
     assert math.isclose(early.first_token_s, 0.04)
+    # taken in by the plan that saw it: pass 3's (at pass 2's start + 30 us), or pass 4's (at 0.03)
+    assert math.isclose(early.queued_s, 0.02003) and math.isclose(early.scheduled_s, 0.03)
+    assert math.isclose(late.queued_s, 0.03) and math.isclose(late.scheduled_s, 0.04)
 
 
 @pytest.mark.parametrize("b_arrives, first_token", [(0.012, 0.04), (0.016, 0.06)])

@@ -35,6 +35,13 @@ def test_continuous_gives_a_new_prompt_priority_at_the_next_pass_boundary():
         ([4], [0]), ([1], [4]), ([2], [0]), ([1, 1], [5, 2]), ([1], [6])]
 
 
+def test_each_request_records_when_it_was_taken_in_and_when_its_first_pass_started():
+    # A at 0 starts at once; B, arriving mid-pass at 1.5, is taken in then and first runs at t=2.
+    tr = trace_of([(0, 4, 4), (1.5, 2, 2)])
+    res = checked_run(tr, lambda: ContinuousBatching(big_kv()), ONE)
+    assert {r.request_id: (r.queued_s, r.scheduled_s) for r in res.requests} == {"0": (0, 0), "1": (1.5, 2)}
+
+
 def test_continuous_respects_max_num_seqs():
     tr = trace_of([(0, 4, 2), (0, 4, 2), (0, 4, 2)])
     res = checked_run(tr, lambda: ContinuousBatching(big_kv(), max_num_seqs=2), ONE)
