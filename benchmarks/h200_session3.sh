@@ -39,6 +39,9 @@
 #              at batch 192, into $OUT/closed5
 #   repeatseed the seed workload with continuous batching at 60 req/s (50 requests) and 120 req/s (400 requests)
 #              again, into $OUT/repeats
+#   intake     the two-replica seed runs at 150 and 200 req/s again (both routers), now that each request records when
+#              its replica took it in and when its first pass started, and one replica at their rates a replica
+#              (75 and 100 req/s): does the router's hand-over make two replicas see arrivals later?
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 R=$OUT/results
@@ -104,6 +107,11 @@ for part in "$@"; do
     repeatseed)
       run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 60 --requests 50 --policy continuous
       run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 120 --requests 400 --policy continuous ;;
+    intake)
+      unset CUDA_VISIBLE_DEVICES
+      run 150 $serve --rates 150 --requests 600 --replicas 2 --router round-robin,least-outstanding
+      run 120 $serve --rates 200 --requests 300 --replicas 2 --router round-robin,least-outstanding --name seed
+      CUDA_VISIBLE_DEVICES=0 run 120 $serve --rates 75,100 --requests 300 --policy continuous ;;
     *) echo "unknown part $part" ;;
   esac
 done
