@@ -24,6 +24,9 @@ def test_two_replicas_behind_the_router_serve_every_request(tmp_path, capsys):
             sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in mine)
     for r in requests:  # one clock: token times after arrival, in order
         assert r["token_times_s"][0] > r["arrival_s"] and r["token_times_s"] == sorted(r["token_times_s"])
+        # taken in by its replica after the router's hand-over, first pass after that
+        assert r["arrival_s"] <= r["queued_s"] <= r["scheduled_s"] < r["token_times_s"][0]
+    assert row["mean_intake_ms"] >= 0 and row["mean_queue_ms"] >= 0 and row["mean_prefill_ms"] > 0
 
 
 def test_cpu_shares_are_disjoint_and_leave_the_router_a_core():
