@@ -122,7 +122,8 @@ class RequestRecord:
         run_id: the run it belongs to.
         queued_s: when the serving engine's scheduler took the request in (the continuous
             engine: when its host loop picked it up, after the router's hand-over on several
-            replicas; the simulator: when its replica's scheduler got it), None if not recorded.
+            replicas, and a sleeping engine's wake-up; the simulator: on arrival, or with
+            overlap when the plan that saw it was made), None if not recorded.
         scheduled_s: when the first pass that computed any of its tokens started on the device,
             None if not recorded or never scheduled. TTFT splits into intake (queued_s -
             arrival_s), queueing (scheduled_s - queued_s) and prefill (first_token_s -

@@ -32,7 +32,6 @@ class MeasuredPasses:
 
     zero = False  # (as a host: never "no host time")
     retire_s = 0.0  # (as a host: set to the measured lag to replay with it)
-    wake_s = 0.0  # (as a host: the measured starts hold the engine's wake-ups)
 
     def __init__(self, passes: list[PassRecord], arrivals: list[float]):
         self.passes = passes

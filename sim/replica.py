@@ -133,9 +133,8 @@ class Replica:
                 seq.rejected = reason
                 return reason
             self.deferred.append(seq)
-        else:  # a sleeping engine notices it `wake_s` late
-            asleep = self.host is not None and (self.wakeup is not None or (self.interruptible and not self.busy))
-            reason = self.scheduler.add(seq, self.env.now + (self.host.wake_s if asleep else 0.0))
+        else:  # (a sleeping engine's lag in noticing it is part of its first pass's host delay)
+            reason = self.scheduler.add(seq, self.env.now)
             if reason is not None:
                 return reason
         if self.run is None or admits_newcomers(self.scheduler):
