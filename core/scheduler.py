@@ -107,7 +107,7 @@ class Sequence:
         self.replica = 0
         self.token_ids = None if token_ids is None else list(token_ids)
         self.queued_s: float | None = None  # when the scheduler took it in (`Scheduler.add`)
-        self.scheduled_s: float | None = None  # when its first pass started (`note_started`)
+        self.scheduled_s: float | None = None  # when its first pass started (`ScheduledPass.started`)
 
     @property
     def generated(self) -> int:

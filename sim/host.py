@@ -19,7 +19,7 @@ while another one runs pay nothing (the engine's host works in the GPU's shadow)
 the plan made while pass k+1 runs is made once the host has read pass k's tokens, `retire_s`
 after pass k ended, and once it has built and launched pass k+1: `launch_s` after planning it,
 or `eager_launch_s` for a pass of more than `graph_tokens` tokens, which runs without a CUDA
-graph, its kernels launched one by one (13 ms at the median on the H200's host, against 0.4 ms
+graph, its kernels launched one by one (14.6 ms at the median on the H200's host, against 0.4 ms
 for a graph). Requests that arrived by then join it.
 """
 from __future__ import annotations

@@ -203,3 +203,30 @@ def test_a_cost_error_out_of_range_is_a_one_line_error(tmp_path, capsys, value):
                      "--cost-error", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cost-error must be from 0 to below 1" in err[0]
+
+
+def test_ttfts_stages_are_compared_where_the_real_records_time_them(tmp_path, comparison):
+    """The fixture's records given intake and first-pass times: the stage rows are the real
+    stages by hand against the simulation's (10 ms passes from an idle replica: no intake, no
+    queue, the pass); the fixture as committed (records from before they were timed) has none,
+    and the targets are TTFT, TPOT and E2EL's alone either way."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    (run_dir,) = [p for p in (results / "continuous").iterdir() if p.is_dir()]
+    requests, _ = real_records()
+    for r in requests:
+        r["queued_s"] = r["arrival_s"] + 0.001
+        r["scheduled_s"] = (r["queued_s"] + r["first_token_s"]) / 2
+    with gzip.open(run_dir / "requests.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in requests)
+    (timed,) = run_compare(results, f"constant:{COST}")
+    table = {(t["metric"], t["stat"]): t for t in timed.table}
+    queue = [r["scheduled_s"] - r["queued_s"] for r in requests]
+    prefill = [r["first_token_s"] - r["scheduled_s"] for r in requests]
+    assert table["intake", "mean"]["real_ms"] == pytest.approx(1.0) and table["intake", "mean"]["sim_ms"] == 0
+    assert table["queue", "p90"]["real_ms"] == pytest.approx(percentile(queue, 90) * 1e3, rel=1e-9)
+    assert table["queue", "p90"]["sim_ms"] == 0 and table["queue", "p90"]["error"] == -1
+    assert table["prefill", "p50"]["real_ms"] == pytest.approx(percentile(prefill, 50) * 1e3, rel=1e-9)
+    assert table["prefill", "p50"]["sim_ms"] == pytest.approx(COST * 1e3)
+    assert not any(t["metric"] in ("intake", "queue", "prefill") for t in comparison.table)
+    assert targets([timed]) == targets([comparison])
