@@ -14,6 +14,7 @@ way the sweep launches passes is.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=400, help="consecutive passes from the middle of the run")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default=None, help="default qwen2.5-1.5b on a GPU, tiny on a CPU")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write every pass's shape and times (ms) to this file, with the GPU, torch and commit")
     args = ap.parse_args()
     if not args.run.is_dir():
         print(f"error: {args.run}: no such run directory", file=sys.stderr)
@@ -71,6 +74,14 @@ def main() -> int:
         rows = [i for i, (k, _, _) in enumerate(picked) if k == kind]
         means = [statistics.mean(column[i] for i in rows) * 1e3 for column in columns.values()]
         print(f"  {kind:<8}{len(rows):>7}" + "".join(f"{m:>20.3f}" for m in means))
+    if args.json is not None:
+        from engine.provenance import provenance
+        passes = [{"kind": kind, "context_lens": [c for c, _ in shape.seqs], "new_tokens": [n for _, n in shape.seqs],
+                   **{name: column[i] * 1e3 for name, column in columns.items()}}
+                  for i, (kind, shape, _) in enumerate(picked)]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"run": args.run.name, **provenance(device), "passes": passes}))
+        print(f"written {args.json}")
     return 0
 
 
