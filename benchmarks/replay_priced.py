@@ -1,0 +1,80 @@
+"""A run's own passes re-timed by `benchmarks/replay_shapes.py --json`, against the cost model:
+per kind of pass, each column's total time (logged in the run, timed again as the calibration
+sweep times passes in its own order and shuffled, and as the serving loop launches them) over
+the model's price with heat at the levels of the logged run (`sim.heat.logged_times`), and how
+much of that price is heat. Where the sweep's columns match the price but the logged times do
+not, serving adds what the sweep does not see; where the sweep's columns miss it too, the cost
+model misses the shapes themselves.
+
+    python benchmarks/replay_priced.py results/calibration-replays/*.json.gz [--cost calibrated:h200]
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.runstore import RunStore  # noqa: E402
+from sim.cost import parse_cost  # noqa: E402
+from sim.heat import logged_times  # noqa: E402
+
+COLUMNS = ("logged", "sweep, own order", "sweep, shuffled", "as served")
+
+
+def groups(passes: list[dict]) -> list[tuple[str, np.ndarray]]:
+    kind = np.array([p["kind"] for p in passes])
+    batch = np.array([len(p["new_tokens"]) for p in passes])
+    tokens = np.array([sum(p["new_tokens"]) for p in passes])
+    dec = kind == "decode"
+    return [("decode b1-64", dec & (batch <= 64)), ("decode b65-199", dec & (batch > 64) & (batch < 200)),
+            ("decode b200+", dec & (batch >= 200)), ("prompt <= 8192 tokens", ~dec & (tokens <= 8192)),
+            ("prompt > 8192 tokens", ~dec & (tokens > 8192)), ("all", np.ones(len(passes), bool))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", type=Path, help="replay_shapes.py --json files (.json or .json.gz)")
+    ap.add_argument("--cost", default="calibrated:h200")
+    ap.add_argument("--results", type=Path, default=ROOT / "results", help="where the replayed runs are")
+    args = ap.parse_args(argv)
+    cost, _ = parse_cost(args.cost)
+    for f in args.files:
+        opener = gzip.open if f.suffix == ".gz" else open
+        with opener(f, "rt") as fh:
+            d = json.load(fh)
+        passes = d["passes"]
+        store = next((RunStore(args.results / sub) for sub in ("continuous", "continuous-repeats")
+                      if (args.results / sub / d["run"]).is_dir()), None)
+        if store is None:
+            print(f"error: {f}: run {d['run']} is not under {args.results}/continuous(-repeats)", file=sys.stderr)
+            return 2
+        logged = sorted(store.passes(d["run"]), key=lambda p: p.start_s)
+        mid = max(0, len(logged) // 2 - len(passes) // 2)  # replay_shapes' passes: the middle of the run
+        mine = logged[mid:mid + len(passes)]
+        if [list(p.new_tokens) for p in mine] != [q["new_tokens"] for q in passes]:
+            print(f"error: {f}: its passes are not the middle of {d['run']}'s log", file=sys.stderr)
+            return 2
+        priced = np.array(logged_times(cost, logged))[mid:mid + len(passes)] * 1e3
+        rested = np.array([cost.pass_time(q["new_tokens"], q["context_lens"]) for q in passes]) * 1e3
+        times = {k: np.array([q[k] for q in passes]) for k in COLUMNS}
+        print(f"{d['run']} ({len(passes)} passes re-timed on {d['gpu']} at {d['git_commit']}): "
+              f"total time / the model's price with heat - 1")
+        print(f"  {'passes':<22}{'n':>5}{'heat':>8}" + "".join(f"{k:>18}" for k in COLUMNS))
+        for name, sel in groups(passes):
+            if sel.sum() < 3:
+                continue
+            price = priced[sel].sum()
+            print(f"  {name:<22}{sel.sum():>5}{price / rested[sel].sum() - 1:>+8.1%}"
+                  + "".join(f"{times[k][sel].sum() / price - 1:>+18.1%}" for k in COLUMNS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
