@@ -6,7 +6,9 @@ much of that price is heat. Where the sweep's columns match the price but the lo
 not, serving adds what the sweep does not see; where the sweep's columns miss it too, the cost
 model misses the shapes themselves.
 
-    python benchmarks/replay_priced.py results/calibration-replays/*.json.gz [--cost calibrated:h200]
+    python benchmarks/replay_priced.py [FILE ...] [--cost calibrated:h200]
+
+(default: every file under results/calibration-replays/)
 """
 from __future__ import annotations
 
@@ -40,12 +42,17 @@ def groups(passes: list[dict]) -> list[tuple[str, np.ndarray]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", type=Path, help="replay_shapes.py --json files (.json or .json.gz)")
+    ap.add_argument("files", nargs="*", type=Path, help="replay_shapes.py --json files (.json or .json.gz; default "
+                    "every one under results/calibration-replays)")
     ap.add_argument("--cost", default="calibrated:h200")
     ap.add_argument("--results", type=Path, default=ROOT / "results", help="where the replayed runs are")
     args = ap.parse_args(argv)
     cost, _ = parse_cost(args.cost)
-    for f in args.files:
+    files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("*.json.gz"))
+    if not files:
+        print("error: no replay files given, and none under results/calibration-replays", file=sys.stderr)
+        return 2
+    for f in files:
         opener = gzip.open if f.suffix == ".gz" else open
         with opener(f, "rt") as fh:
             d = json.load(fh)
