@@ -219,6 +219,10 @@ def verdict(table: list[dict], d: dict) -> str:
         parts.append("TPOT follows the pass cost")
     if d.get("extrapolated"):
         parts.append(f"the simulation priced {d['extrapolated']}")
+    stages = {t["metric"]: t for t in table if t["metric"] in STAGES and t["stat"] == "mean"}
+    if stages:  # where TTFT's time goes on each side, where the records time it
+        parts.append("TTFT's mean by stage, simulated - real: " + ", ".join(
+            f"{name} {stages[name]['sim_ms'] - stages[name]['real_ms']:+.2f} ms" for name in STAGES if name in stages))
     moved = next((t for t in table if t["metric"] == "ttft" and t["stat"] == "p50" and "cost_lo_ms" in t), None)
     if moved is not None and moved["real_ms"]:
         lo, hi = (signed(moved[k], moved["real_ms"]) for k in ("cost_lo_ms", "cost_hi_ms"))

@@ -229,4 +229,7 @@ def test_ttfts_stages_are_compared_where_the_real_records_time_them(tmp_path, co
     assert table["prefill", "p50"]["real_ms"] == pytest.approx(percentile(prefill, 50) * 1e3, rel=1e-9)
     assert table["prefill", "p50"]["sim_ms"] == pytest.approx(COST * 1e3)
     assert not any(t["metric"] in ("intake", "queue", "prefill") for t in comparison.table)
+    want = (COST * 1e3 - table["prefill", "mean"]["real_ms"])
+    assert "intake -1.00 ms" in timed.diagnosis["verdict"] and f"prefill {want:+.2f} ms" in timed.diagnosis["verdict"]
+    assert "by stage" not in comparison.diagnosis["verdict"]
     assert targets([timed]) == targets([comparison])
