@@ -221,6 +221,14 @@ def pass_stats(passes) -> dict:
             "busy_fraction": busy / max(1e-9, span)}
 
 
+def stages(metrics) -> str:
+    """", TTFT p50 by stage: intake X, queue Y, prefill Z ms" where the records time them, else ""."""
+    if metrics.intake is None:
+        return ""
+    return (f", TTFT p50 by stage: intake {metrics.intake.median * 1e3:.1f}, queue {metrics.queue.median * 1e3:.1f}, "
+            f"prefill {metrics.prefill.median * 1e3:.1f} ms")
+
+
 def scheduler_options(args, max_model_len: int) -> dict:
     return {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
             "max_model_len": max_model_len, "order": args.order, "preemption": args.preemption,
@@ -320,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run_id}: {metrics.completed} done, {metrics.rejected} rejected, "
               f"{metrics.output_throughput:,.0f} tok/s, TTFT p50 {metrics.ttft.median * 1e3:.1f} ms "
               f"p99 {metrics.ttft.percentiles.get(99.0, float('nan')) * 1e3:.1f} ms, TPOT p50 "
-              f"{metrics.tpot.median * 1e3:.2f} ms, mean batch {row.get('mean_batch_size', 0):.1f}, "
+              f"{metrics.tpot.median * 1e3:.2f} ms"
+              f"{stages(metrics)}, mean batch {row.get('mean_batch_size', 0):.1f}, "
               f"GPU idle between passes p50 {row.get('median_gap_us') or 0:.0f} us"
               f"{(', requests per replica ' + str(extra['requests_per_replica'])) if router else ''}"
               f"{' (interrupted)' if result.interrupted else ''}")

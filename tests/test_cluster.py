@@ -27,6 +27,7 @@ def test_two_replicas_behind_the_router_serve_every_request(tmp_path, capsys):
         # taken in by its replica after the router's hand-over, first pass after that
         assert r["arrival_s"] <= r["queued_s"] <= r["scheduled_s"] < r["token_times_s"][0]
     assert row["mean_intake_ms"] >= 0 and row["mean_queue_ms"] >= 0 and row["mean_prefill_ms"] > 0
+    assert f"prefill {row['median_prefill_ms']:.1f} ms" in capsys.readouterr().out  # the run's summary line
 
 
 def test_cpu_shares_are_disjoint_and_leave_the_router_a_core():
