@@ -19,6 +19,10 @@ from engine.kernels.prefill_attention import chunk_attention  # noqa: E402
 from engine.model import RMSNorm, Rotary  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# attention's dot products run in tf32 on a GPU for float32 inputs (unit roundoff 2^-11): over 25
+# runs of the paged decode tests on an H200 the relative error reached 2.2e-3 (2 runs past 2e-3);
+# a wrong read (a block, a slice, a merge) is off by order 1, or NaN from the poisoned slots
+ATTENTION_TOL = 5e-3 if DEVICE == "cuda" else 2e-3
 
 
 def rel(a, b):
@@ -129,7 +133,7 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
         k = kc[b, :, :n].repeat_interleave(group, 0).float()
         v = vc[b, :, :n].repeat_interleave(group, 0).float()
         ref = F.scaled_dot_product_attention(q[b].float().unsqueeze(1), k, v).squeeze(1)
-        assert rel(out[b].view(heads, D), ref) < 2e-3, b
+        assert rel(out[b].view(heads, D), ref) < ATTENTION_TOL, b
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -154,12 +158,12 @@ def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtyp
             assert torch.equal(out[b], torch.zeros_like(out[b]))  # padding: zeros, nothing read
             continue
         ref = reference_attention(q[b:b + 1], keys[b], values[b], n - 1)[0]
-        assert rel(out[b].view(heads, D), ref) < 2e-3, b
+        assert rel(out[b].view(heads, D), ref) < ATTENTION_TOL, b
     # a second call with other queries: the scratch and the tickets are reusable
     q2 = torch.randn_like(q)
     attn(q2, kc, vc, tables, seq_lens, out, batch=B)
     ref = reference_attention(q2[5:6], keys[5], values[5], lens[5] - 1)[0]
-    assert rel(out[5].view(heads, D), ref) < 2e-3 and not attn.tickets.any()
+    assert rel(out[5].view(heads, D), ref) < ATTENTION_TOL and not attn.tickets.any()
 
 
 def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_gpu():
@@ -177,7 +181,7 @@ def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_g
     assert not attn.tickets.any()
     for b in (0, 1, 2):
         ref = reference_attention(q[b:b + 1], keys[b], values[b], lens[b] - 1)[0]
-        assert rel(out[b].view(heads, D), ref) < 2e-3, b  # tf32 dots on a GPU
+        assert rel(out[b].view(heads, D), ref) < ATTENTION_TOL, b
 
 
 def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
@@ -216,7 +220,7 @@ def test_chunk_attention_over_a_paged_cache(dtype, block_size, heads, max_query_
             continue
         rows = slice(starts[s], starts[s + 1])
         ref = reference_attention(q[rows], keys[s], values[s], c)
-        assert rel(out[rows].view(n, heads, D), ref) < 2e-3, s
+        assert rel(out[rows].view(n, heads, D), ref) < ATTENTION_TOL, s
     assert torch.isnan(out[starts[-1]:]).all()  # rows no sequence owns are left alone
 
 
@@ -231,7 +235,8 @@ def test_chunk_attention_tiles_of_decode_rows():
     chunk_attention(q, kc, vc, tables, torch.arange(len(lens) + 1, dtype=torch.int32, device=DEVICE),
                     torch.tensor(lens, dtype=torch.int32, device=DEVICE) - 1, out, max_query_len=1)
     for s, n in enumerate(lens):
-        assert rel(out[s].view(heads, D), reference_attention(q[s:s + 1], keys[s], values[s], n - 1)[0]) < 2e-3, s
+        ref = reference_attention(q[s:s + 1], keys[s], values[s], n - 1)[0]
+        assert rel(out[s].view(heads, D), ref) < ATTENTION_TOL, s
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
