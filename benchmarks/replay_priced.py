@@ -27,7 +27,6 @@ from core.runstore import RunStore  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
 from sim.heat import logged_times  # noqa: E402
 
-COLUMNS = ("logged", "sweep, own order", "sweep, shuffled", "as served")
 
 
 def groups(passes: list[dict]) -> list[tuple[str, np.ndarray]]:
@@ -70,16 +69,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         priced = np.array(logged_times(cost, logged))[mid:mid + len(passes)] * 1e3
         rested = np.array([cost.pass_time(q["new_tokens"], q["context_lens"]) for q in passes]) * 1e3
-        times = {k: np.array([q[k] for q in passes]) for k in COLUMNS}
+        columns = [k for k in passes[0] if k not in ("kind", "context_lens", "new_tokens")]  # COLUMNS, and more
+        times = {k: np.array([q[k] for q in passes]) for k in columns}
         print(f"{d['run']} ({len(passes)} passes re-timed on {d['gpu']} at {d['git_commit']}): "
               f"total time / the model's price with heat - 1")
-        print(f"  {'passes':<22}{'n':>5}{'heat':>8}" + "".join(f"{k:>18}" for k in COLUMNS))
+        print(f"  {'passes':<22}{'n':>5}{'heat':>8}" + "".join(f"{k:>18}" for k in columns))
         for name, sel in groups(passes):
             if sel.sum() < 3:
                 continue
             price = priced[sel].sum()
             print(f"  {name:<22}{sel.sum():>5}{price / rested[sel].sum() - 1:>+8.1%}"
-                  + "".join(f"{times[k][sel].sum() / price - 1:>+18.1%}" for k in COLUMNS))
+                  + "".join(f"{times[k][sel].sum() / price - 1:>+18.1%}" for k in columns))
     return 0
 
 

@@ -46,6 +46,10 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=400, help="consecutive passes from the middle of the run")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default=None, help="default qwen2.5-1.5b on a GPU, tiny on a CPU")
+    ap.add_argument("--scatter", action="store_true",
+                    help="also time them in the sweep's windows (own order) with every sequence's KV blocks drawn at "
+                         "random from a serving-sized cache (the memory free less 8 GiB), as a long-running engine's "
+                         "free list hands them out at worst")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write every pass's shape and times (ms) to this file, with the GPU, torch and commit")
     args = ap.parse_args()
@@ -68,6 +72,15 @@ def main() -> int:
         columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
     timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
     columns["as served"] = [r.duration_s for r in timed]
+    if args.scatter:  # a serving-sized cache, blocks drawn at random from all of it
+        del runner, cache
+        free = torch.cuda.mem_get_info(device)[0] - 8 * 2**30 if gpu else 2**28
+        dtype = model.embed_tokens.weight.dtype
+        cache = PagedKVCache(model.config, PagedKVCache.blocks_that_fit(model.config, free, 16, dtype), 16, dtype, device)
+        runner = ModelRunner(model, cache, 256, "triton" if gpu else "eager", graphs=gpu)
+        timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, scatter=True)
+        by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
+        columns["sweep, scattered"] = [by_shape[s.seqs] for s in shapes]
     print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}; mean ms per pass")
     print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>20}" for name in columns))
     for kind in sorted({k for k, _, _ in picked}):
