@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         priced = np.array(logged_times(cost, logged))[mid:mid + len(passes)] * 1e3
         rested = np.array([cost.pass_time(q["new_tokens"], q["context_lens"]) for q in passes]) * 1e3
-        columns = [k for k in passes[0] if k not in ("kind", "context_lens", "new_tokens")]  # COLUMNS, and more
+        columns = [k for k in passes[0] if k not in ("kind", "context_lens", "new_tokens")]  # the times it holds
         times = {k: np.array([q[k] for q in passes]) for k in columns}
         print(f"{d['run']} ({len(passes)} passes re-timed on {d['gpu']} at {d['git_commit']}): "
               f"total time / the model's price with heat - 1")
