@@ -286,7 +286,6 @@ class Replica:
         """k decode passes in one step, cut short at the first pass boundary after news."""
         env = self.env
         start = env.now
-        plan.started(start)
         self.run = (plan, start, a, b, k)
         self.interruptible = True
         try:
