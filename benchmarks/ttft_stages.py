@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     print("each: median, mean, p90 (ms)")
     found = 0
+    models = {}  # a cost model a model name, loaded once
     for root in args.dirs:
         store = RunStore(root)
         if not store.rows_path.exists():
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             if m.intake is None:  # records from before the engine timed the stages
                 continue
             found += 1
-            cost = load_cost(args.cost, row["model"])
+            if row["model"] not in models:
+                models[row["model"]] = load_cost(args.cost, row["model"])
+            cost = models[row["model"]]
             print(f"{row['run_id']} ({root.name})")
             print(line("real", m))
             for seed in [None, *range(args.seeds)]:

@@ -253,7 +253,9 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
     out = []
     models = {}
     for i, row in enumerate(rows):
-        model = models.setdefault(row["model"], load_cost(cost, row["model"]))
+        if row["model"] not in models:  # (setdefault would load the file again for every run)
+            models[row["model"]] = load_cost(cost, row["model"])
+        model = models[row["model"]]
         out.append(compare(row, store, cost, model, seeds, cost_error))
         if progress is not None:
             progress(i + 1, len(rows))
