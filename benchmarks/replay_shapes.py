@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
+from calibrate.response import telemetry
 from calibrate.sweep import Shape, blocks_needed, run_sweep
 from core.runstore import RunStore
 from engine.continuous import ModelRunner
@@ -50,6 +53,13 @@ def main() -> int:
                     help="also time them in the sweep's windows (own order) with every sequence's KV blocks drawn at "
                          "random from a serving-sized cache (the memory free less 8 GiB), as a long-running engine's "
                          "free list hands them out at worst")
+    ap.add_argument("--long-window", type=int, default=0, metavar="N",
+                    help="also time them in the run's own order N at a time back to back (one window of the whole "
+                         "replay keeps the GPU as busy as serving does, where the sweep's windows of 16 let it rest "
+                         "while the host builds the next)")
+    ap.add_argument("--telemetry", type=Path, default=None,
+                    help="sample nvidia-smi's clocks, power and temperature every 20 ms into this CSV while timing, "
+                         "and record each column's wall-clock span in --json")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write every pass's shape and times (ms) to this file, with the GPU, torch and commit")
     args = ap.parse_args()
@@ -66,12 +76,29 @@ def main() -> int:
                          device)
     runner = ModelRunner(model, cache, 256, "triton" if gpu else "eager", graphs=gpu)
     columns = {"logged": [t for _, _, t in picked]}
+    spans = {}  # column -> (first, last) wall-clock second of its timing (for --telemetry)
+    smi = telemetry(args.telemetry, os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) \
+        if args.telemetry is not None and gpu else None
     for order in ("own order", "shuffled"):  # as the calibration sweep times them
+        began = time.time()
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
+        spans[f"sweep, {order}"] = (began, time.time())
         by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
         columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
+    began = time.time()
     timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
+    spans["as served"] = (began, time.time())
     columns["as served"] = [r.duration_s for r in timed]
+    if args.long_window > 0:  # own order, whole windows back to back: the GPU without the sweep's rests
+        name = f"sweep, {args.long_window} back to back"
+        began = time.time()
+        timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, warm_up=False,
+                          window=args.long_window)
+        spans[name] = (began, time.time())
+        columns[name] = [r.duration_s for r in timed]
+    if smi is not None:
+        smi.terminate()
+        smi.wait()
     if args.scatter:  # a serving-sized cache, blocks drawn at random from all of it
         del runner, cache
         free = torch.cuda.mem_get_info(device)[0] - 8 * 2**30 if gpu else 2**28
@@ -82,18 +109,19 @@ def main() -> int:
         by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
         columns["sweep, scattered"] = [by_shape[s.seqs] for s in shapes]
     print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}; mean ms per pass")
-    print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>20}" for name in columns))
+    widths = [max(20, len(name) + 2) for name in columns]
+    print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>{w}}" for name, w in zip(columns, widths)))
     for kind in sorted({k for k, _, _ in picked}):
         rows = [i for i, (k, _, _) in enumerate(picked) if k == kind]
         means = [statistics.mean(column[i] for i in rows) * 1e3 for column in columns.values()]
-        print(f"  {kind:<8}{len(rows):>7}" + "".join(f"{m:>20.3f}" for m in means))
+        print(f"  {kind:<8}{len(rows):>7}" + "".join(f"{m:>{w}.3f}" for m, w in zip(means, widths)))
     if args.json is not None:
         from engine.provenance import provenance
         passes = [{"kind": kind, "context_lens": [c for c, _ in shape.seqs], "new_tokens": [n for _, n in shape.seqs],
                    **{name: column[i] * 1e3 for name, column in columns.items()}}
                   for i, (kind, shape, _) in enumerate(picked)]
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"run": args.run.name, **provenance(device), "passes": passes}))
+        args.json.write_text(json.dumps({"run": args.run.name, **provenance(device), "spans": spans, "passes": passes}))
         print(f"written {args.json}")
     return 0
 

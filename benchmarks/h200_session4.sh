@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The fourth continuous-engine session's device calls, by part (the device tool's copy of the tree
+# has no .git, so each call sets GIT_COMMIT):
+#   GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session4.sh PART...
+# (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
+# Parts:
+#   servegap   what serving adds over the sweep's windows: the Azure window at 16x and the seed workload at
+#              100 req/s served (into $OUT/servegap, not results/) with nvidia-smi's clocks, power and
+#              temperature sampled every 20 ms beside them, then each run's 600 middle passes timed again
+#              (benchmarks/replay_shapes.py) in the sweep's windows of 16 and in one window of all 600 back
+#              to back, with the clocks beside those too: does a GPU kept busy run the same passes slower?
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+R=$OUT/results
+mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a $R/gpu.txt
+python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
+run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
+mark() { echo "$1 $(date +%s.%N)" >> $2; }
+AZURE=${AZURE:-azure-conv-2023}
+FIELDS=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+for part in "$@"; do
+  export CUDA_VISIBLE_DEVICES=0
+  case $part in
+    servegap)
+      G=$OUT/servegap; mkdir -p $G
+      nvidia-smi --query-gpu=$FIELDS --format=csv -lms 20 -i 0 > $G/serve-telemetry.csv 2>/dev/null & smi=$!
+      mark azure-start $G/marks.txt
+      run 200 python3 -m engine serve-trace --out $G --trace $AZURE --window 1200:1520 --rate-scale 16 --policy continuous --name azure
+      mark azure-end $G/marks.txt
+      sleep 5
+      mark seed-start $G/marks.txt
+      run 100 python3 -m engine serve-trace --out $G --rates 100 --requests 300 --policy continuous
+      mark seed-end $G/marks.txt
+      kill $smi
+      for run in $G/continuous/azure-continuous-* $G/continuous/seed-r100-continuous-*; do
+        name=$(basename $run)
+        run 300 python3 benchmarks/replay_shapes.py $run --passes 600 --long-window 600 \
+          --telemetry $G/replay-$name-telemetry.csv --json $G/replay-$name.json
+      done
+      gzip $G/*.csv $G/*.json ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+echo "elapsed ${SECONDS}s"
+tar czf $OUT/results.tgz -C $OUT results $(cd $OUT && ls -d servegap 2>/dev/null)
