@@ -78,3 +78,19 @@ def test_the_grid_has_closed_batches_single_passes_up_to_its_token_limit():
     assert max(passes.values()) == 262_144
     assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=65_536)) == 65_536
     assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384)) == 32_768  # the default
+
+
+def test_served_launches_build_a_repeated_shape_once(monkeypatch):
+    """A designed sequence repeats a few shapes: served launches reuse their plans and batches, so
+    the host does not rebuild (and the GPU wait for) a batch it has built before."""
+    import calibrate.sweep as sweep
+
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    built = []
+    real = sweep.fake_plan
+    monkeypatch.setattr(sweep, "fake_plan", lambda shape, *a, **k: built.append(shape.group) or real(shape, *a, **k))
+    a, b = Shape("a", ((8, 1), (9, 1))), Shape("b", ((0, 12),))
+    records = run_sweep(runner, [a, b, a, a, b], repeats=1, shuffled=False, launch="served", warm_up=False)
+    assert [r.context_lens for r in records] == [[8, 9], [0], [8, 9], [8, 9], [0]]
+    assert sorted(built) == ["a", "b", "lead"]
