@@ -23,9 +23,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.records import PassRecord  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
-from sim.heat import logged_times  # noqa: E402
+from sim.heat import Heat, factors, logged_times  # noqa: E402
+
+WINDOW = 16  # calibrate.sweep.run_sweep's windows (the sweep's columns)
 
 
 
@@ -73,14 +76,49 @@ def main(argv: list[str] | None = None) -> int:
         times = {k: np.array([q[k] for q in passes]) for k in columns}
         print(f"{d['run']} ({len(passes)} passes re-timed on {d['gpu']} at {d['git_commit']}): "
               f"total time / the model's price with heat - 1")
-        print(f"  {'passes':<22}{'n':>5}{'heat':>8}" + "".join(f"{k:>18}" for k in columns))
+        print(f"  {'passes':<22}{'n':>5}{'heat':>8}" + "".join(f"{k:>{max(18, len(k) + 2)}}" for k in columns))
         for name, sel in groups(passes):
             if sel.sum() < 3:
                 continue
             price = priced[sel].sum()
             print(f"  {name:<22}{sel.sum():>5}{price / rested[sel].sum() - 1:>+8.1%}"
-                  + "".join(f"{times[k][sel].sum() / price - 1:>+18.1%}" for k in columns))
+                  + "".join(f"{times[k][sel].sum() / price - 1:>+{max(18, len(k) + 2)}.1%}" for k in columns))
+        if "spans" in d:  # (files from --telemetry): each column against heat along its own timeline
+            own = {k: own_heat(cost, passes, k, d["spans"].get(k), times[k]) for k in columns if k != "logged"}
+            own = {"logged": priced / rested, **{k: v for k, v in own.items() if v is not None}}
+            print("  each column's total time / the model's price with heat along that column's own timeline - 1 "
+                  "(heat's share in brackets):")
+            print(f"  {'passes':<22}{'n':>5}        " + "".join(f"{k:>{max(20, len(k) + 2)}}" for k in own))
+            for name, sel in groups(passes):
+                if sel.sum() < 3:
+                    continue
+                print(f"  {name:<22}{sel.sum():>5}        " + "".join(
+                    f"{times[k][sel].sum() / (rested[sel] * f[sel]).sum() - 1:+.1%} "
+                    f"({(rested[sel] * f[sel]).sum() / rested[sel].sum() - 1:+.1%})".rjust(max(20, len(k) + 2))
+                    for k, f in own.items()))
     return 0
+
+
+def own_heat(cost, passes: list[dict], column: str, span, ms: np.ndarray) -> np.ndarray | None:
+    """The heat factor of every pass of a re-timed column along its own timeline: back to back
+    within windows of WINDOW passes ("sweep, N back to back": one window of N), the column's wall
+    span less its passes' time spread evenly over the rests between windows. None for a column
+    without a span or launched otherwise ("as served", "sweep, scattered")."""
+    if span is None or not column.startswith("sweep, "):
+        return None
+    window = int(column.split()[1]) if column.endswith("back to back") else WINDOW
+    if column == "sweep, shuffled":  # its order is not the file's
+        return None
+    rests = max(1, -(-len(passes) // window) - 1)
+    gap = max(0.0, (span[1] - span[0]) - ms.sum() / 1e3) / rests if window < len(passes) else 0.0
+    records, t = [], 0.0
+    for i, (q, dur) in enumerate(zip(passes, ms / 1e3)):
+        if i and i % window == 0:
+            t += gap
+        records.append(PassRecord(run_id="replay", engine="continuous", step=i, kind=q["kind"],
+                                  new_tokens=q["new_tokens"], context_lens=q["context_lens"], start_s=t, duration_s=dur))
+        t += dur
+    return np.array(factors(records, getattr(cost, "heat", None) or Heat()))
 
 
 if __name__ == "__main__":
