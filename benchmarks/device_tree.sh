@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AWAY="results/continuous-repeats results/validation results/calibration-large results/calibration-served
-      results/calibration-offsteps results/calibration-heat2 results/calibration-cotenant"
+      results/calibration-offsteps results/calibration-heat2 results/calibration-cotenant results/calibration-heat3"
 case "${1:-}" in
   aside)
     for p in $AWAY; do
