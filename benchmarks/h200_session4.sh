@@ -9,6 +9,9 @@
 #              temperature sampled every 20 ms beside them, then each run's 600 middle passes timed again
 #              (benchmarks/replay_shapes.py) in the sweep's windows of 16 and in one window of all 600 back
 #              to back, with the clocks beside those too: does a GPU kept busy run the same passes slower?
+#   stages150  the seed workload at 3, 7 and 60 req/s with 150 requests, both policies, again (into $OUT/repeats,
+#              for results/continuous-repeats), now that each request records its intake and first pass: where
+#              do the simulated TTFT medians at low load (5.6-5.7% long at 3 and 7 req/s) take their time?
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 R=$OUT/results
@@ -39,8 +42,9 @@ for part in "$@"; do
           --telemetry $G/replay-$name-telemetry.csv --json $G/replay-$name.json
       done
       gzip $G/*.csv $G/*.json ;;
+    stages150) run 330 python3 -m engine serve-trace --out $OUT/repeats --rates 3,7,60 --requests 150 --policy continuous,chunked ;;
     *) echo "unknown part $part" ;;
   esac
 done
 echo "elapsed ${SECONDS}s"
-tar czf $OUT/results.tgz -C $OUT results $(cd $OUT && ls -d servegap 2>/dev/null)
+tar czf $OUT/results.tgz -C $OUT results $(cd $OUT && ls -d servegap repeats 2>/dev/null)
