@@ -4,6 +4,8 @@
 #   GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session4.sh PART...
 # (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
 # Parts:
+#   mixtures   benchmarks/attention_mixtures.py: decode attention alone on the served batches of two re-timed runs,
+#              against the same contexts sorted and against one context of their mean
 #   servegap   what serving adds over the sweep's windows: the Azure window at 16x and the seed workload at
 #              100 req/s served (into $OUT/servegap, not results/) with nvidia-smi's clocks, power and
 #              temperature sampled every 20 ms beside them, then each run's 600 middle passes timed again
@@ -43,6 +45,8 @@ for part in "$@"; do
       done
       gzip $G/*.csv $G/*.json ;;
     stages150) run 330 python3 -m engine serve-trace --out $OUT/repeats --rates 3,7,60 --requests 150 --policy continuous,chunked ;;
+    mixtures) run 300 python3 benchmarks/attention_mixtures.py results/calibration-replays/replay-azure-continuous-20261130T135321.json.gz \
+                results/calibration-replays/replay-seed-r100-continuous-20261130T135413.json.gz --passes 40 --json $R/attention_mixtures.json ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -1,0 +1,142 @@
+"""Decode attention alone on served mixtures of contexts: does its time follow a batch's mean
+context, as the cost model's form assumes (`sim.calibrated`), or the mixture?
+
+For decode passes of many sequences taken from re-timed open runs (`benchmarks/replay_shapes.py
+--json` files), the paged decode-attention kernel is timed on the pass's own contexts, on the
+same contexts sorted (longest last: which sequences' programs launch first), and on one context
+of the same mean for every sequence; each as a CUDA graph of 28 launches (one a layer, as in a
+pass), replayed back to back. Printed and written (--json): per pass its sequences, mean and
+longest context, and the three times in microseconds a layer, beside the cost model's price of
+the pass's attention for its mean and longest context (`decode_attention`, which is the same for
+all three but for the longest).
+
+    python benchmarks/attention_mixtures.py results/calibration-replays/replay-azure-continuous-20261130T135321.json.gz \
+        results/calibration-replays/replay-seed-r100-continuous-20261130T135413.json.gz --passes 40
+
+A GPU benchmark (the kernel is Triton's): on a machine without CUDA it says so and exits.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.config import get_preset  # noqa: E402
+from sim.cost import parse_cost  # noqa: E402
+
+LAYERS = 28  # launches a graph replays (a pass's layers)
+BLOCK = 16   # the engine's KV block size
+
+
+def decode_passes(path: Path, count: int, min_batch: int) -> list[list[int]]:
+    """Contexts of `count` decode passes of at least `min_batch` sequences, spread over the file."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+        passes = [p["context_lens"] for p in json.load(f)["passes"]
+                  if p["kind"] == "decode" and len(p["new_tokens"]) >= min_batch]
+    step = max(1, len(passes) // count)
+    return passes[::step][:count]
+
+
+def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> float:
+    """Microseconds a launch over `contexts` (a graph of LAYERS launches, replayed `reps` times)."""
+    from engine.kernels.attention import PagedDecodeAttention  # noqa: F401  (GPU only)
+    device = q.device
+    B = len(contexts)
+    lens = torch.tensor([c + 1 for c in contexts], dtype=torch.int32, device=device)
+    width = max(-(-(c + 1) // BLOCK) for c in contexts)
+    tables = torch.zeros((B, width), dtype=torch.int32, device=device)
+    at = 0
+    for i, c in enumerate(contexts):  # laid end to end, as the sweep lays them
+        n = -(-(c + 1) // BLOCK)
+        tables[i, :n] = torch.arange(at, at + n, dtype=torch.int32, device=device)
+        at += n
+    for _ in range(3):  # compiles, warms
+        attention(q[:B], k, v, tables, lens, out[:B], batch=B)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAYERS):
+            attention(q[:B], k, v, tables, lens, out[:B], batch=B)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / LAYERS)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", type=Path, help="replay_shapes.py --json files")
+    ap.add_argument("--passes", type=int, default=40, help="decode passes a file (default 40)")
+    ap.add_argument("--min-batch", type=int, default=128, help="of at least this many sequences (default 128)")
+    ap.add_argument("--reps", type=int, default=20, help="graph replays a variant (default 20)")
+    ap.add_argument("--cost", default="calibrated:h200", help="the cost model whose attention term is printed beside")
+    ap.add_argument("--json", type=Path, default=None, help="also write every pass's times here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: attention_mixtures.py times a Triton kernel on a GPU; this machine has no CUDA device",
+              file=sys.stderr)
+        return 2
+    from engine.kernels.attention import PagedDecodeAttention
+    from engine.provenance import provenance
+
+    for f in args.files:
+        if not f.is_file():
+            print(f"error: {f}: no such file", file=sys.stderr)
+            return 2
+    cost, _ = parse_cost(args.cost)
+    cfg = get_preset("qwen2.5-1.5b")
+    heads, kv_heads, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    device = torch.device("cuda")
+    shapes = {f.name: decode_passes(f, args.passes, args.min_batch) for f in args.files}
+    B = max(len(c) for ctx in shapes.values() for c in ctx)
+    held = max(sum(-(-(c + 1) // BLOCK) for c in ctx) for cs in shapes.values() for ctx in cs)
+    longest = max(c for cs in shapes.values() for ctx in cs for c in ctx) + 1
+    k = torch.randn((held, BLOCK, kv_heads, D), dtype=torch.float16, device=device)
+    v = torch.randn_like(k)
+    q = torch.randn((B, heads, D), dtype=torch.float16, device=device)
+    out = torch.empty((B, heads * D), dtype=torch.float16, device=device)
+    attention = PagedDecodeAttention(B, heads, kv_heads, D, max(longest, 32768), BLOCK, device)
+    rows = []
+    print(f"decode attention alone, us a layer (median of {args.reps} replays of {LAYERS} launches); "
+          "model: the cost model's decode_attention / 28")
+    print(f"  {'file':<44}{'B':>5}{'mean':>7}{'max':>7}{'served':>9}{'sorted':>9}{'uniform':>9}{'model':>9}")
+    for name, passes in shapes.items():
+        for ctx in passes:
+            S, mean = len(ctx), round(sum(ctx) / len(ctx))
+            t = {"served": time_layers(attention, q, k, v, ctx, out, args.reps),
+                 "sorted": time_layers(attention, q, k, v, sorted(ctx), out, args.reps),
+                 "uniform": time_layers(attention, q, k, v, [mean] * S, out, args.reps)}
+            _, *shape = cost.decode_shape(S, sum(ctx), max(ctx))
+            model = cost.decode_attention(*shape) * 1e6 / LAYERS
+            rows.append({"file": name, "contexts": ctx, **t, "model": model})
+            print(f"  {name[:43]:<44}{S:>5}{mean:>7}{max(ctx):>7}" + "".join(f"{t[c]:>9.2f}" for c in t)
+                  + f"{model:>9.2f}")
+    for name in shapes:
+        mine = [r for r in rows if r["file"] == name]
+        print(f"{name}: served / uniform of the same mean {statistics.mean(r['served'] / r['uniform'] for r in mine):.3f}, "
+              f"sorted / served {statistics.mean(r['sorted'] / r['served'] for r in mine):.3f}, "
+              f"served / model {statistics.mean(r['served'] / r['model'] for r in mine):.3f}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({**provenance(device), "layers": LAYERS, "passes": rows}))
+        print(f"written {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
