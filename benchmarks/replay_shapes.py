@@ -1,7 +1,8 @@
 """Time a committed open run's own pass shapes again, outside the serving loop, three ways: as the
 calibration sweep times passes (in windows launched back to back behind a lead), in the run's own
 order and shuffled; and as the serving loop launches them (the next built and launched while the
-current one runs, no lead), in the run's order.
+current one runs, no lead), in the run's order; with --long-window N, also N at a time back to
+back in the run's order (all of them: the GPU as busy as serving keeps it).
 
 The open seed runs' decode passes (8-32 sequences, a few of 4,096 positions) ran about 6%
 faster than the sweep's passes of the same composition (`results/calibration/README.md`). Where
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 import os
 import statistics
 import sys
@@ -77,24 +79,27 @@ def main() -> int:
     runner = ModelRunner(model, cache, 256, "triton" if gpu else "eager", graphs=gpu)
     columns = {"logged": [t for _, _, t in picked]}
     spans = {}  # column -> (first, last) wall-clock second of its timing (for --telemetry)
+
+    @contextmanager
+    def span(name: str):
+        began = time.time()
+        yield
+        spans[name] = (began, time.time())
     smi = telemetry(args.telemetry, os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) \
         if args.telemetry is not None and gpu else None
     for order in ("own order", "shuffled"):  # as the calibration sweep times them
-        began = time.time()
-        timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
-        spans[f"sweep, {order}"] = (began, time.time())
+        with span(f"sweep, {order}"):
+            timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
         by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
         columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
-    began = time.time()
-    timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
-    spans["as served"] = (began, time.time())
+    with span("as served"):
+        timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
     columns["as served"] = [r.duration_s for r in timed]
     if args.long_window > 0:  # own order, whole windows back to back: the GPU without the sweep's rests
         name = f"sweep, {args.long_window} back to back"
-        began = time.time()
-        timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, warm_up=False,
-                          window=args.long_window)
-        spans[name] = (began, time.time())
+        with span(name):
+            timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, warm_up=False,
+                              window=args.long_window)
         columns[name] = [r.duration_s for r in timed]
     if smi is not None:
         smi.terminate()
