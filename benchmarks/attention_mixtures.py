@@ -2,7 +2,9 @@
 context, as the cost model's form assumes (`sim.calibrated`), or the mixture?
 
 For decode passes of many sequences taken from re-timed open runs (`benchmarks/replay_shapes.py
---json` files), the paged decode-attention kernel is timed on the pass's own contexts, on the
+--json` files) or from open runs' pass logs (their directories), and with --designed for
+mixtures by design at 32-512 sequences (one context for all, two modes in several shares,
+log-uniform, a long tail), the paged decode-attention kernel is timed on the pass's own contexts, on the
 same contexts sorted (longest last: which sequences' programs launch first), and on one context
 of the same mean for every sequence; each as a CUDA graph of 28 launches (one a layer, as in a
 pass), replayed back to back. Printed and written (--json): per pass its sequences, mean and
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -37,12 +40,35 @@ BLOCK = 16   # the engine's KV block size
 
 
 def decode_passes(path: Path, count: int, min_batch: int) -> list[list[int]]:
-    """Contexts of `count` decode passes of at least `min_batch` sequences, spread over the file."""
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
-        passes = [p["context_lens"] for p in json.load(f)["passes"]
-                  if p["kind"] == "decode" and len(p["new_tokens"]) >= min_batch]
+    """Contexts of `count` decode passes of at least `min_batch` sequences, spread over a
+    replay_shapes.py --json file or a run directory's pass log (every replica's)."""
+    if path.is_dir():
+        from core.runstore import RunStore
+        passes = [list(p.context_lens) for p in sorted(RunStore(path.parent).passes(path.name), key=lambda p: p.start_s)
+                  if p.kind == "decode" and len(p.new_tokens) >= min_batch]
+    else:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+            passes = [p["context_lens"] for p in json.load(f)["passes"]
+                      if p["kind"] == "decode" and len(p["new_tokens"]) >= min_batch]
     step = max(1, len(passes) // count)
     return passes[::step][:count]
+
+
+def designed(seed: int = 0) -> dict[str, list[list[int]]]:
+    """Mixtures by design, to fit a form on: at several batch sizes, one context for all, two
+    modes (short and long, in several shares), log-uniform, and a tail like the Azure trace's."""
+    import random
+    rng = random.Random(seed)
+    out: dict[str, list[list[int]]] = {}
+    for B in (32, 64, 96, 128, 192, 256, 384, 512):
+        shapes = [[m] * B for m in (300, 1300, 2500, 4300)]
+        for short in (0.25, 0.5, 0.75):  # the seed's kind: prompts of 16-256 and of 4,096, some tokens in
+            k = round(B * short)
+            shapes.append([rng.randint(16, 600) for _ in range(k)] + [rng.randint(4100, 4350) for _ in range(B - k)])
+        shapes.append([round(math.exp(rng.uniform(math.log(16), math.log(8000)))) for _ in range(B)])
+        shapes.append([min(7999, round(rng.lognormvariate(math.log(1000), 0.7))) for _ in range(B)])  # a tail
+        out[f"designed b{B}"] = shapes
+    return out
 
 
 def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> float:
@@ -80,7 +106,8 @@ def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> floa
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", type=Path, help="replay_shapes.py --json files")
+    ap.add_argument("files", nargs="*", type=Path, help="replay_shapes.py --json files or open runs' directories")
+    ap.add_argument("--designed", action="store_true", help="also designed mixtures (`designed`) at 32-512 sequences")
     ap.add_argument("--passes", type=int, default=40, help="decode passes a file (default 40)")
     ap.add_argument("--min-batch", type=int, default=128, help="of at least this many sequences (default 128)")
     ap.add_argument("--reps", type=int, default=20, help="graph replays a variant (default 20)")
@@ -95,14 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     from engine.provenance import provenance
 
     for f in args.files:
-        if not f.is_file():
-            print(f"error: {f}: no such file", file=sys.stderr)
+        if not f.exists():
+            print(f"error: {f}: no such file or run directory", file=sys.stderr)
             return 2
     cost, _ = parse_cost(args.cost)
     cfg = get_preset("qwen2.5-1.5b")
     heads, kv_heads, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     device = torch.device("cuda")
     shapes = {f.name: decode_passes(f, args.passes, args.min_batch) for f in args.files}
+    if args.designed:
+        shapes.update(designed())
+    if not any(shapes.values()):
+        print("error: no decode passes to time (give files or runs with big enough batches, or --designed)",
+              file=sys.stderr)
+        return 2
     B = max(len(c) for ctx in shapes.values() for c in ctx)
     held = max(sum(-(-(c + 1) // BLOCK) for c in ctx) for cs in shapes.values() for ctx in cs)
     longest = max(c for cs in shapes.values() for ctx in cs for c in ctx) + 1
@@ -128,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                   + f"{model:>9.2f}")
     for name in shapes:
         mine = [r for r in rows if r["file"] == name]
+        if not mine:
+            continue
         print(f"{name}: served / uniform of the same mean {statistics.mean(r['served'] / r['uniform'] for r in mine):.3f}, "
               f"sorted / served {statistics.mean(r['sorted'] / r['served'] for r in mine):.3f}, "
               f"served / model {statistics.mean(r['served'] / r['model'] for r in mine):.3f}")

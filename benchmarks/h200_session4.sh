@@ -6,6 +6,7 @@
 # Parts:
 #   mixtures   benchmarks/attention_mixtures.py: decode attention alone on the served batches of two re-timed runs,
 #              against the same contexts sorted and against one context of their mean
+#   mixtures2  the same on designed mixtures at 32-512 sequences and on four more open runs' logged batches
 #   servegap   what serving adds over the sweep's windows: the Azure window at 16x and the seed workload at
 #              100 req/s served (into $OUT/servegap, not results/) with nvidia-smi's clocks, power and
 #              temperature sampled every 20 ms beside them, then each run's 600 middle passes timed again
@@ -47,6 +48,10 @@ for part in "$@"; do
     stages150) run 330 python3 -m engine serve-trace --out $OUT/repeats --rates 3,7,60 --requests 150 --policy continuous,chunked ;;
     mixtures) run 300 python3 benchmarks/attention_mixtures.py results/calibration-replays/replay-azure-continuous-20261130T135321.json.gz \
                 results/calibration-replays/replay-seed-r100-continuous-20261130T135413.json.gz --passes 40 --json $R/attention_mixtures.json ;;
+    mixtures2) run 300 python3 benchmarks/attention_mixtures.py --designed --passes 20 \
+                 results/continuous/azure-continuous-20261130T030125 results/continuous/seed-r75-continuous-20261130T120007 \
+                 results/continuous/seed-r150-continuous-x2-round-robin-20261130T050711 \
+                 results/continuous/azure-continuous-x2-round-robin-20261130T085949 --json $R/attention_mixtures2.json ;;
     *) echo "unknown part $part" ;;
   esac
 done
