@@ -45,12 +45,12 @@ def groups(passes: list[dict]) -> list[tuple[str, np.ndarray]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", type=Path, help="replay_shapes.py --json files (.json or .json.gz; default "
-                    "every one under results/calibration-replays)")
+                    "every replay-*.json.gz under results/calibration-replays)")
     ap.add_argument("--cost", default="calibrated:h200")
     ap.add_argument("--results", type=Path, default=ROOT / "results", help="where the replayed runs are")
     args = ap.parse_args(argv)
     cost, _ = parse_cost(args.cost)
-    files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("*.json.gz"))
+    files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("replay-*.json.gz"))
     if not files:
         print("error: no replay files given, and none under results/calibration-replays", file=sys.stderr)
         return 2
