@@ -1,0 +1,138 @@
+"""Candidate decode-attention forms fitted to the committed attention-alone timings
+(`benchmarks/attention_mixtures.py --json`, in results/calibration-replays/): how close each comes
+to the kernel's time on served and designed mixtures of contexts, and to one context of their mean.
+
+- `counts`: a + b * programs + c * blocks + d * merged slices (least squares on relative error),
+  every count summed over the batch's sequences, as a closed form could;
+- `schedule`: the kernel's programs in launch order (slice index, then KV head, then sequence)
+  list-scheduled over R resident programs, each taking start + blocks * block (+ merge * slices for
+  the last slice of a sequence cut in several), one past a sequence's end `dead`; the four times
+  fitted for each R of a grid, apart for batches that fill the GPU and those that do not (the
+  kernel slices them differently).
+
+    python benchmarks/attention_forms.py [FILE ...] [--resident 396,528]
+
+(default: every attention-mixtures-*.json.gz under results/calibration-replays/; the schedule's fit
+takes about a minute and a half a resident count on two cores)
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import heapq
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK_N = 64
+SLICING = {False: (64, 128), True: (16, 1024)}  # engine.kernels.attention.PagedDecodeAttention.SLICES
+FILLS_GPU, KV_HEADS = 256, 2
+
+
+def load(files: list[Path]) -> list[tuple[np.ndarray, float, str]]:
+    """(lengths with the new token, us a layer, group) of every timing: each batch as timed and
+    its twin of one context of the mean."""
+    out = []
+    for f in files:
+        with gzip.open(f, "rt") if f.suffix == ".gz" else open(f) as fh:
+            d = json.load(fh)
+        for r in d["passes"]:
+            ctx = r["contexts"]
+            group = "designed" if r["file"].startswith("designed") else r["file"].split("-2026")[0].removeprefix("replay-")
+            out.append((np.array(ctx) + 1, r["served"], f"{group}, as timed"))
+            out.append((np.full(len(ctx), round(sum(ctx) / len(ctx)) + 1), r["uniform"], f"{group}, one context"))
+    return out
+
+
+def slices(L: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(positions a slice, live slices) of each sequence, and the grid's slices a sequence."""
+    most, shortest = SLICING[len(L) * KV_HEADS >= FILLS_GPU]
+    sl = np.maximum(np.ceil(np.ceil(L / most) / BLOCK_N) * BLOCK_N, shortest)
+    return sl, np.ceil(L / sl).astype(int), most
+
+
+def counts(L: np.ndarray) -> list[float]:
+    sl, live, _ = slices(L)
+    return [1.0, KV_HEADS * live.sum(), KV_HEADS * np.ceil(L / BLOCK_N).sum(), KV_HEADS * (live * (live > 1)).sum()]
+
+
+def programs(L: np.ndarray) -> list[tuple[float, int]]:
+    """(blocks, slices merged by it) of every program in launch order (0 blocks: past the end)."""
+    sl, live, most = slices(L)
+    out = []
+    for s in range(most):
+        for _ in range(KV_HEADS):
+            for b in range(len(L)):
+                if s < live[b]:
+                    out.append((np.ceil(min(sl[b], L[b] - s * sl[b]) / BLOCK_N), live[b] if s == live[b] - 1 and live[b] > 1 else 0))
+                else:
+                    out.append((0.0, 0))
+    return out
+
+
+def makespan(progs, block: float, start: float, merge: float, dead: float, resident: int) -> float:
+    slots = [0.0] * resident
+    end = 0.0
+    for blocks, merged in progs:
+        t = heapq.heappop(slots) + (dead if not blocks else start + blocks * block + merge * merged)
+        end = max(end, t)
+        heapq.heappush(slots, t)
+    return end
+
+
+def report(name: str, data, predicted: np.ndarray) -> None:
+    rel = predicted / np.array([t for _, t, _ in data]) - 1
+    groups = sorted({g for _, _, g in data})
+    print(f"{name}: MAPE {np.mean(np.abs(rel)):.2%}, worst {np.max(np.abs(rel)):.1%}")
+    for g in groups:
+        sel = np.array([x[2] == g for x in data])
+        print(f"  {g:<40}{sel.sum():>5}  mean {np.mean(rel[sel]):+.1%}  MAPE {np.mean(np.abs(rel[sel])):.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", type=Path)
+    ap.add_argument("--resident", default="396,528", help="resident programs to try for the schedule (default 396,528)")
+    args = ap.parse_args(argv)
+    files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("attention-mixtures-*.json.gz"))
+    missing = [f for f in files if not f.is_file()]
+    if not files or missing:
+        print(f"error: no attention-alone timings{' at ' + str(missing[0]) if missing else ''}", file=sys.stderr)
+        return 2
+    try:
+        resident = [int(x) for x in args.resident.split(",")]
+    except ValueError:
+        print(f"error: --resident {args.resident!r}: whole numbers, comma-separated", file=sys.stderr)
+        return 2
+    data = load(files)
+    t = np.array([x[1] for x in data])
+    F = np.array([counts(L) for L, _, _ in data])
+    coef = np.linalg.lstsq(F / t[:, None], np.ones(len(t)), rcond=None)[0]
+    print(f"{len(data)} timings from {', '.join(f.name for f in files)}")
+    report("counts (us: " + ", ".join(f"{n} {c:.4g}" for n, c in zip(("fixed", "a program", "a block", "a merged slice"), coef)) + ")",
+           data, F @ coef)
+    progs = [programs(L) for L, _, _ in data]
+    big = np.array([len(L) * KV_HEADS >= FILLS_GPU for L, _, _ in data])
+    for R in resident:
+        predicted, said = np.zeros(len(data)), []
+        for regime in (False, True):  # the two slicings, each its own times (as the cost model's rates)
+            idx = np.flatnonzero(big == regime)
+            if not len(idx):
+                continue
+
+            def residuals(theta, idx=idx, R=R):
+                return np.array([makespan(progs[i], *np.exp(theta), R) for i in idx]) / t[idx] - 1
+            fit = least_squares(residuals, np.log([2.0, 2.0, 0.5, 0.05]), max_nfev=60)
+            predicted[idx] = (residuals(fit.x) + 1) * t[idx]
+            said.append(f"{'big' if regime else 'small'} batches: a block {np.exp(fit.x[0]):.3f}, a program's start "
+                        f"{np.exp(fit.x[1]):.3f}, a merged slice {np.exp(fit.x[2]):.3f}, past the end {np.exp(fit.x[3]):.3f}")
+        report(f"schedule over {R} resident (us; " + "; ".join(said) + ")", data, predicted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
