@@ -2,9 +2,11 @@
 per kind of pass, each column's total time (logged in the run, timed again as the calibration
 sweep times passes in its own order and shuffled, and as the serving loop launches them) over
 the model's price with heat at the levels of the logged run (`sim.heat.logged_times`), and how
-much of that price is heat. Where the sweep's columns match the price but the logged times do
-not, serving adds what the sweep does not see; where the sweep's columns miss it too, the cost
-model misses the shapes themselves.
+much of that price is heat; and, for files that record each column's span (since 26daa49), each
+column against heat along its own timeline. The run is an open run or a calibration sweep.
+Where the sweep's columns match the price but the logged times do not, serving adds what the
+sweep does not see; where the sweep's columns miss it too, the cost model misses the shapes
+themselves.
 
     python benchmarks/replay_priced.py [FILE ...] [--cost calibrated:h200]
 
@@ -59,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         with opener(f, "rt") as fh:
             d = json.load(fh)
         passes = d["passes"]
-        store = next((RunStore(args.results / sub) for sub in ("continuous", "continuous-repeats")
+        store = next((RunStore(args.results / sub) for sub in ("continuous", "continuous-repeats", "calibration")
                       if (args.results / sub / d["run"]).is_dir()), None)
         if store is None:
-            print(f"error: {f}: run {d['run']} is not under {args.results}/continuous(-repeats)", file=sys.stderr)
+            print(f"error: {f}: run {d['run']} is not under {args.results}/continuous(-repeats) or calibration",
+                  file=sys.stderr)
             return 2
         logged = sorted(store.passes(d["run"]), key=lambda p: p.start_s)
         mid = max(0, len(logged) // 2 - len(passes) // 2)  # replay_shapes' passes: the middle of the run
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             price = priced[sel].sum()
             print(f"  {name:<22}{sel.sum():>5}{price / rested[sel].sum() - 1:>+8.1%}"
                   + "".join(f"{times[k][sel].sum() / price - 1:>+{max(18, len(k) + 2)}.1%}" for k in columns))
-        if "spans" in d:  # (files from --telemetry): each column against heat along its own timeline
+        if "spans" in d:  # (files since 26daa49): each column against heat along its own timeline
             own = {k: own_heat(cost, passes, k, d["spans"].get(k), times[k]) for k in columns if k != "logged"}
             own = {"logged": priced / rested, **{k: v for k, v in own.items() if v is not None}}
             print("  each column's total time / the model's price with heat along that column's own timeline - 1 "
