@@ -73,7 +73,6 @@ def designed(seed: int = 0) -> dict[str, list[list[int]]]:
 
 def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> float:
     """Microseconds a launch over `contexts` (a graph of LAYERS launches, replayed `reps` times)."""
-    from engine.kernels.attention import PagedDecodeAttention  # noqa: F401  (GPU only)
     device = q.device
     B = len(contexts)
     lens = torch.tensor([c + 1 for c in contexts], dtype=torch.int32, device=device)
