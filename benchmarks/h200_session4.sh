@@ -8,6 +8,8 @@
 #              against the same contexts sorted and against one context of their mean
 #   sweepgap   600 of the calibration sweep's own passes timed again as it timed them and all back to back: how much
 #              the sweep's shapes themselves slow when the GPU is kept busy (what a sweep without rests would fit)
+#   sustained  benchmarks/sustained_load.py: designed sequences of 10-20 s (big decodes, small decodes, prompts,
+#              prompts alternating with big decodes) with the clocks beside them: does the GPU slow over seconds?
 #   mixtures2  the same on designed mixtures at 32-512 sequences and on four more open runs' logged batches
 #   servegap   what serving adds over the sweep's windows: the Azure window at 16x and the seed workload at
 #              100 req/s served (into $OUT/servegap, not results/) with nvidia-smi's clocks, power and
@@ -56,6 +58,7 @@ for part in "$@"; do
                  results/continuous/azure-continuous-x2-round-robin-20261130T085949 --json $R/attention_mixtures2.json ;;
     sweepgap) run 400 python3 benchmarks/replay_shapes.py results/calibration/sweep-20261130T105802 --passes 600 --long-window 600 \
                 --json $R/replay-sweep-20261130T105802.json ;;
+    sustained) run 300 python3 benchmarks/sustained_load.py --json $R/sustained.json ;;
     *) echo "unknown part $part" ;;
   esac
 done
