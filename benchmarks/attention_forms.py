@@ -28,9 +28,13 @@ import numpy as np
 from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK_N = 64
-SLICING = {False: (64, 128), True: (16, 1024)}  # engine.kernels.attention.PagedDecodeAttention.SLICES
-FILLS_GPU, KV_HEADS = 256, 2
+sys.path.insert(0, str(ROOT))
+
+from sim.cost import parse_cost  # noqa: E402
+
+# the kernel's slicing as the calibration records it (`decode_attention`: KV heads, block_n, slices)
+COST, _ = parse_cost("calibrated:h200")
+BLOCK_N, KV_HEADS = COST.block_n, COST.kv_heads
 
 
 def load(files: list[Path]) -> list[tuple[np.ndarray, float, str]]:
@@ -50,9 +54,14 @@ def load(files: list[Path]) -> list[tuple[np.ndarray, float, str]]:
 
 def slices(L: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """(positions a slice, live slices) of each sequence, and the grid's slices a sequence."""
-    most, shortest = SLICING[len(L) * KV_HEADS >= FILLS_GPU]
-    sl = np.maximum(np.ceil(np.ceil(L / most) / BLOCK_N) * BLOCK_N, shortest)
-    return sl, np.ceil(L / sl).astype(int), most
+    big = fills(L)
+    sl = np.array([COST.slice_of(int(n), big)[0] for n in L], dtype=float)
+    return sl, np.ceil(L / sl).astype(int), COST.slicing[big][0]
+
+
+def fills(L: np.ndarray) -> bool:
+    """Whether a batch of these contexts fills the GPU (the kernel's second slicing)."""
+    return len(L) * KV_HEADS >= COST.fills_gpu
 
 
 def counts(L: np.ndarray) -> list[float]:
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     report("counts (us: " + ", ".join(f"{n} {c:.4g}" for n, c in zip(("fixed", "a program", "a block", "a merged slice"), coef)) + ")",
            data, F @ coef)
     progs = [programs(L) for L, _, _ in data]
-    big = np.array([len(L) * KV_HEADS >= FILLS_GPU for L, _, _ in data])
+    big = np.array([fills(L) for L, _, _ in data])
     for R in resident:
         predicted, said = np.zeros(len(data)), []
         for regime in (False, True):  # the two slicings, each its own times (as the cost model's rates)

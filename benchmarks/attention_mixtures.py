@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 from core.config import get_preset  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
 
-LAYERS = 28  # launches a graph replays (a pass's layers)
 BLOCK = 16   # the engine's KV block size
 
 
@@ -71,8 +70,9 @@ def designed(seed: int = 0) -> dict[str, list[list[int]]]:
     return out
 
 
-def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> float:
-    """Microseconds a launch over `contexts` (a graph of LAYERS launches, replayed `reps` times)."""
+def time_layers(attention, q, k, v, contexts: list[int], out, reps: int, layers: int) -> float:
+    """Microseconds a launch over `contexts` (a graph of `layers` launches, one a layer, replayed
+    `reps` times)."""
     device = q.device
     B = len(contexts)
     lens = torch.tensor([c + 1 for c in contexts], dtype=torch.int32, device=device)
@@ -88,7 +88,7 @@ def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> floa
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(LAYERS):
+        for _ in range(layers):
             attention(q[:B], k, v, tables, lens, out[:B], batch=B)
     graph.replay()
     torch.cuda.synchronize()
@@ -99,7 +99,7 @@ def time_layers(attention, q, k, v, contexts: list[int], out, reps: int) -> floa
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / LAYERS)
+        times.append(start.elapsed_time(end) * 1e3 / layers)
     return statistics.median(times)
 
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     cost, _ = parse_cost(args.cost)
     cfg = get_preset("qwen2.5-1.5b")
-    heads, kv_heads, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    heads, kv_heads, D, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers
     device = torch.device("cuda")
     shapes = {f.name: decode_passes(f, args.passes, args.min_batch) for f in args.files}
     if args.designed:
@@ -144,17 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     out = torch.empty((B, heads * D), dtype=torch.float16, device=device)
     attention = PagedDecodeAttention(B, heads, kv_heads, D, max(longest, 32768), BLOCK, device)
     rows = []
-    print(f"decode attention alone, us a layer (median of {args.reps} replays of {LAYERS} launches); "
-          "model: the cost model's decode_attention / 28")
+    print(f"decode attention alone, us a layer (median of {args.reps} replays of {layers} launches); "
+          f"model: the cost model's decode_attention / {layers}")
     print(f"  {'file':<44}{'B':>5}{'mean':>7}{'max':>7}{'served':>9}{'sorted':>9}{'uniform':>9}{'model':>9}")
     for name, passes in shapes.items():
         for ctx in passes:
             S, mean = len(ctx), round(sum(ctx) / len(ctx))
-            t = {"served": time_layers(attention, q, k, v, ctx, out, args.reps),
-                 "sorted": time_layers(attention, q, k, v, sorted(ctx), out, args.reps),
-                 "uniform": time_layers(attention, q, k, v, [mean] * S, out, args.reps)}
+            t = {name: time_layers(attention, q, k, v, c, out, args.reps, layers)
+                 for name, c in (("served", ctx), ("sorted", sorted(ctx)), ("uniform", [mean] * S))}
             _, *shape = cost.decode_shape(S, sum(ctx), max(ctx))
-            model = cost.decode_attention(*shape) * 1e6 / LAYERS
+            model = cost.decode_attention(*shape) * 1e6 / layers
             rows.append({"file": name, "contexts": ctx, **t, "model": model})
             print(f"  {name[:43]:<44}{S:>5}{mean:>7}{max(ctx):>7}" + "".join(f"{t[c]:>9.2f}" for c in t)
                   + f"{model:>9.2f}")
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
               f"served / model {statistics.mean(r['served'] / r['model'] for r in mine):.3f}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({**provenance(device), "layers": LAYERS, "passes": rows}))
+        args.json.write_text(json.dumps({**provenance(device), "layers": layers, "passes": rows}))
         print(f"written {args.json}")
     return 0
 
