@@ -10,7 +10,7 @@ themselves.
 
     python benchmarks/replay_priced.py [FILE ...] [--cost calibrated:h200]
 
-(default: every file under results/calibration-replays/)
+(default: every replay-*.json.gz under results/calibration-replays/)
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ from sim.cost import parse_cost  # noqa: E402
 from sim.heat import Heat, factors, logged_times  # noqa: E402
 
 WINDOW = 16  # calibrate.sweep.run_sweep's windows (the sweep's columns)
-
 
 
 def groups(passes: list[dict]) -> list[tuple[str, np.ndarray]]:
@@ -106,20 +105,18 @@ def own_heat(cost, passes: list[dict], column: str, span, ms: np.ndarray) -> np.
     """The heat factor of every pass of a re-timed column along its own timeline: back to back
     within windows of WINDOW passes ("sweep, N back to back": one window of N), the column's wall
     span less its passes' time spread evenly over the rests between windows. None for a column
-    without a span or launched otherwise ("as served", "sweep, scattered")."""
-    if span is None or not column.startswith("sweep, "):
+    without a span, shuffled (its order is not the file's) or launched otherwise ("as served",
+    "sweep, scattered")."""
+    if span is None or not column.startswith("sweep, ") or column == "sweep, shuffled":
         return None
     window = int(column.split()[1]) if column.endswith("back to back") else WINDOW
-    if column == "sweep, shuffled":  # its order is not the file's
-        return None
     rests = max(1, -(-len(passes) // window) - 1)
     gap = max(0.0, (span[1] - span[0]) - ms.sum() / 1e3) / rests if window < len(passes) else 0.0
     records, t = [], 0.0
     for i, (q, dur) in enumerate(zip(passes, ms / 1e3)):
         if i and i % window == 0:
             t += gap
-        records.append(PassRecord(run_id="replay", engine="continuous", step=i, kind=q["kind"],
-                                  new_tokens=q["new_tokens"], context_lens=q["context_lens"], start_s=t, duration_s=dur))
+        records.append(PassRecord.make("replay", "continuous", i, q["new_tokens"], q["context_lens"], t, dur))
         t += dur
     return np.array(factors(records, getattr(cost, "heat", None) or Heat()))
 

@@ -76,7 +76,8 @@ def main() -> int:
     shapes = [s for _, s, _ in picked]
     cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, model.embed_tokens.weight.dtype,
                          device)
-    runner = ModelRunner(model, cache, max(256, max(len(s.seqs) for s in shapes)), "triton" if gpu else "eager", graphs=gpu)
+    widest = max(256, max(len(s.seqs) for s in shapes))  # (the open runs' limit, a sweep's batches up to 1,024)
+    runner = ModelRunner(model, cache, widest, "triton" if gpu else "eager", graphs=gpu)
     columns = {"logged": [t for _, _, t in picked]}
     spans = {}  # column -> (first, last) wall-clock second of its timing (for --telemetry)
 
@@ -109,7 +110,7 @@ def main() -> int:
         free = torch.cuda.mem_get_info(device)[0] - 8 * 2**30 if gpu else 2**28
         dtype = model.embed_tokens.weight.dtype
         cache = PagedKVCache(model.config, PagedKVCache.blocks_that_fit(model.config, free, 16, dtype), 16, dtype, device)
-        runner = ModelRunner(model, cache, max(256, max(len(s.seqs) for s in shapes)), "triton" if gpu else "eager", graphs=gpu)
+        runner = ModelRunner(model, cache, widest, "triton" if gpu else "eager", graphs=gpu)
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, scatter=True)
         by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
         columns["sweep, scattered"] = [by_shape[s.seqs] for s in shapes]

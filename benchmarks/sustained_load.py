@@ -60,8 +60,10 @@ def drift(passes, marks) -> list[str]:
     for m in marks:
         seg = passes[m["first"]:m["last"] + 1]
         t0 = seg[0].start_s
-        for group in sorted({p.kind + f" b{len(p.new_tokens)} n{sum(p.new_tokens)}" for p in seg}):
-            mine = [p for p in seg if p.kind + f" b{len(p.new_tokens)} n{sum(p.new_tokens)}" == group]
+        def shape(p) -> str:
+            return f"{p.kind} b{len(p.new_tokens)} n{sum(p.new_tokens)}"
+        for group in sorted({shape(p) for p in seg}):
+            mine = [p for p in seg if shape(p) == group]
             t = np.array([p.start_s - t0 for p in mine])
             d = np.array([p.duration_s for p in mine])
             first = d[t < 0.3]
