@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The fifth continuous-engine session's device calls, by part (the device tool's copy of the tree
+# has no .git, so each call sets GIT_COMMIT):
+#   GIT_COMMIT=$(git rev-parse HEAD) AZURE=.traces/AzureLLMInferenceTrace_conv.csv bash benchmarks/h200_session5.sh PART...
+# (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
+# Parts:
+#   capacity   the simulator's capacity answer checked on the engine: the Azure window 1200:1520 served at rate
+#              scales around the scale the calibrated simulator finds one H200 can take within p99 TTFT 200 ms
+#              and p99 TPOT 20 ms (continuous 9.125, chunked 10.5: `python -m sim capacity` on that window):
+#              continuous at 7, 8, 9 and 10 times the trace's rate, chunked at 8, 9, 10 and 11 (into
+#              $OUT/results/continuous)
+#   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
+#              three seed runs at 30, 60 and 100 req/s, whose whole passes the model prices 1.5-2.5% long at
+#              9-32 sequences and 1-5% short at 65-256
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+R=$OUT/results
+mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a $R/gpu.txt
+python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
+run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
+AZURE=${AZURE:-azure-conv-2023}
+for part in "$@"; do
+  export CUDA_VISIBLE_DEVICES=0
+  case $part in
+    capacity)
+      run 270 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 7,8,9,10 \
+        --policy continuous --name azure-cap
+      run 250 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 8,9,10,11 \
+        --policy chunked --name azure-cap ;;
+    mixtures3) run 120 python3 benchmarks/attention_mixtures.py --min-batch 2 --passes 40 \
+                 results/continuous/seed-r30-continuous-20261130T045643 results/continuous/seed-r60-continuous-20261130T045648 \
+                 results/continuous/seed-r100-continuous-20261130T120012 --json $R/attention_mixtures3.json ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+echo "elapsed ${SECONDS}s"
+tar czf $OUT/results.tgz -C $OUT results
