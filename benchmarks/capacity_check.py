@@ -1,0 +1,97 @@
+"""The simulator's capacity answer against the engine's: one trace window served by the real engine at
+several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated on its own arrivals,
+and the simulator's capacity search (`python -m sim capacity --search rate-scale`) on the same window.
+
+Prints, per policy and scale, the SLO metrics real and simulated and whether each side meets the
+SLOs; then, per policy, the scales between which the engine stops meeting them and the simulator's
+answer (its highest scale that meets, and the nearest that fails).
+
+    python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about 30 s)
+    python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.metrics import compute_metrics  # noqa: E402
+from core.runstore import RunStore  # noqa: E402
+from sim.capacity import parse_slos  # noqa: E402
+from sim.compare import engine_runs, load_cost, simulate_like, trace_of  # noqa: E402
+from traces.io import save_trace  # noqa: E402
+
+
+def window_at_1x(row: dict, requests) -> object:
+    """The run's arrivals at the trace's own rate (the engine served them `rate_scale` times faster)."""
+    trace = trace_of(requests, row["run_id"])
+    trace.arrival_s = trace.arrival_s * float(row["rate_scale"])
+    return trace
+
+
+def simulated_capacity(trace_path: Path, row: dict, policy: str, slos: list[str], cost: str) -> dict:
+    """`python -m sim capacity --search rate-scale` on the window, with the run's limits."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "sim", "capacity", "--trace", str(trace_path), "--search", "rate-scale",
+               "--policy", policy, "--slo", *slos, "--cost", cost, "--kv-blocks", str(row["kv_blocks"]),
+               "--max-num-seqs", str(row["max_num_seqs"]), "--max-num-batched-tokens", str(row["max_num_batched_tokens"]),
+               "--out", out]
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(Path(out) / "capacity.csv") as f:
+            return next(csv.DictReader(f))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=ROOT / "results", help="results directory (default results/)")
+    ap.add_argument("--prefix", default="azure-cap", help="the runs whose id starts with this (default azure-cap)")
+    ap.add_argument("--slo", nargs="+", default=["ttft:p99:200", "tpot:p99:20"], help="NAME:STAT:MS ...")
+    ap.add_argument("--cost", default="calibrated:h200")
+    args = ap.parse_args(argv)
+    slos = parse_slos(args.slo)
+    rows = [r for r in engine_runs(args.results) if r["run_id"].startswith(args.prefix)]
+    if not rows:
+        print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
+        return 1
+    store = RunStore(args.results / "continuous")
+    by_policy = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (r["policy"], float(r["rate_scale"]))):
+        by_policy[row["policy"]].append(row)
+    cost = load_cost(args.cost, rows[0]["model"])
+    names = [f"{s.stat} {s.metric}" for s in slos]
+    print(f"{'policy':>10} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
+          + f"  {'real meets':>10} {'sim meets':>9}")
+    summary = []
+    for policy, runs in by_policy.items():
+        met, failed = [], []
+        for row in runs:
+            requests = store.requests(row["run_id"])
+            real = compute_metrics(requests).as_row()
+            sim = compute_metrics(simulate_like(row, requests, cost).table).as_row()
+            meets = [all(m[s.column] <= s.limit_ms for s in slos) for m in (real, sim)]
+            (met if meets[0] else failed).append(float(row["rate_scale"]))
+            print(f"{policy:>10} {float(row['rate_scale']):>6g}  "
+                  + "  ".join(f"{real[s.column]:>13.1f} {sim[s.column]:>8.1f}" for s in slos)
+                  + f"  {meets[0]!s:>10} {meets[1]!s:>9}")
+        first = runs[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = save_trace(window_at_1x(first, store.requests(first["run_id"])), Path(tmp) / "window.csv")
+            cap = simulated_capacity(path, first, policy, args.slo, args.cost)
+        engine = (f"meets at {max(met):g}" if met else "meets at none of its scales") + \
+                 (f", fails at {min(failed):g}" if failed else ", fails at none of its scales")
+        summary.append(f"{policy}: engine {engine}; simulator meets up to {cap['max_rate_scale']}, "
+                       f"fails at {cap['fails_at']}")
+    print(f"\ncapacity (the highest rate scale meeting {', '.join(map(str, slos))}):")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
