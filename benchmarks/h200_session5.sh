@@ -9,6 +9,9 @@
 #              and p99 TPOT 20 ms (continuous 9.125, chunked 10.5: `python -m sim capacity` on that window):
 #              continuous at 7, 8, 9 and 10 times the trace's rate, chunked at 8, 9, 10 and 11 (into
 #              $OUT/results/continuous)
+#   capacity2  the engine at the simulator's answer itself, on the same window: continuous at 9.125 times the
+#              rate and chunked at 10.5 (each twice: once into $OUT/results/continuous, once into $OUT/repeats for
+#              results/continuous-repeats), and continuous at 9.5 (between the 9 and 10 that capacity ran)
 #   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
 #              three seed runs at 30, 60 and 100 req/s, whose whole passes the model prices 1.5-2.5% long at
 #              9-32 sequences and 1-5% short at 65-256
@@ -28,6 +31,15 @@ for part in "$@"; do
         --policy continuous --name azure-cap
       run 250 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 8,9,10,11 \
         --policy chunked --name azure-cap ;;
+    capacity2)
+      run 150 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 9.125,9.5 \
+        --policy continuous --name azure-cap
+      run 100 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 10.5 \
+        --policy chunked --name azure-cap
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 9.125 \
+        --policy continuous --name azure-cap
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10.5 \
+        --policy chunked --name azure-cap ;;
     mixtures3) run 120 python3 benchmarks/attention_mixtures.py --min-batch 2 --passes 40 \
                  results/continuous/seed-r30-continuous-20261130T045643 results/continuous/seed-r60-continuous-20261130T045648 \
                  results/continuous/seed-r100-continuous-20261130T120012 --json $R/attention_mixtures3.json ;;
@@ -35,4 +47,4 @@ for part in "$@"; do
   esac
 done
 echo "elapsed ${SECONDS}s"
-tar czf $OUT/results.tgz -C $OUT results
+tar czf $OUT/results.tgz -C $OUT results $(cd $OUT && ls -d repeats 2>/dev/null)
