@@ -1,6 +1,7 @@
 """The simulator's capacity answer against the engine's: one trace window served by the real engine at
 several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated on its own arrivals,
-and the simulator's capacity search (`python -m sim capacity --search rate-scale`) on the same window.
+and the simulator's capacity search (`python -m sim capacity --search rate-scale`, with the runs' limits
+and overlap mode) on the same window.
 
 Prints, per policy and scale, the SLO metrics real and simulated and whether each side meets the
 SLOs; then, per policy, the scales between which the engine stops meeting them and the simulator's
@@ -37,12 +38,14 @@ def window_at_1x(row: dict, requests) -> object:
 
 
 def simulated_capacity(trace_path: Path, row: dict, policy: str, slos: list[str], cost: str) -> dict:
-    """`python -m sim capacity --search rate-scale` on the window, with the run's limits."""
+    """`python -m sim capacity --search rate-scale` on the window, with the run's limits and, as the
+    engine ran, its overlap mode (each pass planned while the one before it runs)."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "sim", "capacity", "--trace", str(trace_path), "--search", "rate-scale",
                "--policy", policy, "--slo", *slos, "--cost", cost, "--kv-blocks", str(row["kv_blocks"]),
                "--max-num-seqs", str(row["max_num_seqs"]), "--max-num-batched-tokens", str(row["max_num_batched_tokens"]),
-               "--out", out]
+               "--max-model-len", str(row["max_model_len"]), "--block-size", str(row["block_size"]),
+               *(["--overlap"] if row.get("overlap") else []), "--out", out]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(Path(out) / "capacity.csv") as f:
             return next(csv.DictReader(f))

@@ -6,10 +6,11 @@
 # Parts:
 #   capacity   the simulator's capacity answer checked on the engine: the Azure window 1200:1520 served at rate
 #              scales around the scale the calibrated simulator finds one H200 can take within p99 TTFT 200 ms
-#              and p99 TPOT 20 ms (continuous 9.125, chunked 10.5: `python -m sim capacity` on that window):
+#              and p99 TPOT 20 ms (continuous 9.125, chunked 10.5: `python -m sim capacity` on that window, without
+#              --overlap; as the engine runs, with it, 9.375 and 10.375: benchmarks/capacity_check.py):
 #              continuous at 7, 8, 9 and 10 times the trace's rate, chunked at 8, 9, 10 and 11 (into
 #              $OUT/results/continuous)
-#   capacity2  the engine at the simulator's answer itself, on the same window: continuous at 9.125 times the
+#   capacity2  the engine at the simulator's answer (without --overlap) itself, on the same window: continuous at 9.125 times the
 #              rate and chunked at 10.5 (each twice: once into $OUT/results/continuous, once into $OUT/repeats for
 #              results/continuous-repeats), and continuous at 9.5 (between the 9 and 10 that capacity ran)
 #   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
