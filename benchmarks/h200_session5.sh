@@ -13,6 +13,10 @@
 #   capacity2  the engine at the simulator's answer (without --overlap) itself, on the same window: continuous at 9.125 times the
 #              rate and chunked at 10.5 (each twice: once into $OUT/results/continuous, once into $OUT/repeats for
 #              results/continuous-repeats), and continuous at 9.5 (between the 9 and 10 that capacity ran)
+#   capacity3  the knee on one card: the runs at 9.125x and 10.5x went to another H200 than the first call's, whose
+#              passes the model prices 1-1.5 points shorter, so the engine's capacity is measured again in one
+#              call: continuous at 9, 9.125, 9.25 and 9.375 (the simulator's answer with --overlap), chunked at
+#              10, 10.25 and 10.375 (its answer)
 #   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
 #              three seed runs at 30, 60 and 100 req/s, whose whole passes the model prices 1.5-2.5% long at
 #              9-32 sequences and 1-5% short at 65-256
@@ -20,7 +24,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 R=$OUT/results
 mkdir -p $R
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a $R/gpu.txt
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv | tee -a $R/gpu.txt
 python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
 run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
 AZURE=${AZURE:-azure-conv-2023}
@@ -40,6 +44,11 @@ for part in "$@"; do
       run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 9.125 \
         --policy continuous --name azure-cap
       run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10.5 \
+        --policy chunked --name azure-cap ;;
+    capacity3)
+      run 250 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 9,9.125,9.25,9.375 \
+        --policy continuous --name azure-cap
+      run 200 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 10,10.25,10.375 \
         --policy chunked --name azure-cap ;;
     mixtures3) run 120 python3 benchmarks/attention_mixtures.py --min-batch 2 --passes 40 \
                  results/continuous/seed-r30-continuous-20261130T045643 results/continuous/seed-r60-continuous-20261130T045648 \
