@@ -3,9 +3,11 @@ several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated
 and the simulator's capacity search (`python -m sim capacity --search rate-scale`, with the runs' limits
 and overlap mode) on the same window.
 
-Prints, per policy and scale, the SLO metrics real and simulated and whether each side meets the
-SLOs; then, per policy, the scales between which the engine stops meeting them and the simulator's
-answer (its highest scale that meets, and the nearest that fails).
+Prints, per policy, device call (the runs' commit: one GPU each here) and scale, the SLO metrics real
+and simulated, whether each side meets the SLOs, and the run's passes priced by the cost model against
+their logged times (how fast that GPU ran as the model sees it); then, per policy, the simulator's
+answer (its highest scale that meets, and the nearest that fails) and, per device call, the scales
+between which the engine stops meeting them.
 
     python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about 30 s)
     python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20
@@ -27,6 +29,7 @@ from core.metrics import compute_metrics  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.capacity import parse_slos  # noqa: E402
 from sim.compare import engine_runs, load_cost, simulate_like, trace_of  # noqa: E402
+from sim.heat import logged_times  # noqa: E402
 from traces.io import save_trace  # noqa: E402
 
 
@@ -65,32 +68,34 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     store = RunStore(args.results / "continuous")
     by_policy = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r["policy"], float(r["rate_scale"]))):
+    for row in sorted(rows, key=lambda r: (r["policy"], r["git_commit"], float(r["rate_scale"]))):
         by_policy[row["policy"]].append(row)
     cost = load_cost(args.cost, rows[0]["model"])
     names = [f"{s.stat} {s.metric}" for s in slos]
-    print(f"{'policy':>10} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
-          + f"  {'real meets':>10} {'sim meets':>9}")
+    print(f"{'policy':>10} {'commit':>8} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
+          + f"  {'real meets':>10} {'sim meets':>9} {'passes priced':>13}")
     summary = []
     for policy, runs in by_policy.items():
-        met, failed = [], []
+        met, failed = defaultdict(list), defaultdict(list)  # by commit: one device call, one GPU, here
         for row in runs:
-            requests = store.requests(row["run_id"])
+            requests, passes = store.requests(row["run_id"]), store.passes(row["run_id"])
             real = compute_metrics(requests).as_row()
             sim = compute_metrics(simulate_like(row, requests, cost).table).as_row()
             meets = [all(m[s.column] <= s.limit_ms for s in slos) for m in (real, sim)]
-            (met if meets[0] else failed).append(float(row["rate_scale"]))
-            print(f"{policy:>10} {float(row['rate_scale']):>6g}  "
+            (met if meets[0] else failed)[row["git_commit"]].append(float(row["rate_scale"]))
+            priced = sum(logged_times(cost, passes)) / sum(p.duration_s for p in passes) - 1
+            print(f"{policy:>10} {row['git_commit']:>8} {float(row['rate_scale']):>6g}  "
                   + "  ".join(f"{real[s.column]:>13.1f} {sim[s.column]:>8.1f}" for s in slos)
-                  + f"  {meets[0]!s:>10} {meets[1]!s:>9}")
+                  + f"  {meets[0]!s:>10} {meets[1]!s:>9} {priced:>+13.1%}")
         first = runs[0]
         with tempfile.TemporaryDirectory() as tmp:
             path = save_trace(window_at_1x(first, store.requests(first["run_id"])), Path(tmp) / "window.csv")
             cap = simulated_capacity(path, first, policy, args.slo, args.cost)
-        engine = (f"meets at {max(met):g}" if met else "meets at none of its scales") + \
-                 (f", fails at {min(failed):g}" if failed else ", fails at none of its scales")
-        summary.append(f"{policy}: engine {engine}; simulator meets up to {cap['max_rate_scale']}, "
-                       f"fails at {cap['fails_at']}")
+        summary.append(f"{policy}: simulator meets up to {cap['max_rate_scale']}, fails at {cap['fails_at']}")
+        for commit in sorted(set(met) | set(failed), key=lambda c: min(met[c] + failed[c])):
+            summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else
+                                                         "meets at none of its scales")
+                           + (f", fails from {min(failed[commit]):g}" if failed[commit] else ", fails at none"))
     print(f"\ncapacity (the highest rate scale meeting {', '.join(map(str, slos))}):")
     print("\n".join(summary))
     return 0
