@@ -49,7 +49,9 @@ def simulated_capacity(trace_path: Path, row: dict, policy: str, slos: list[str]
                "--max-num-seqs", str(row["max_num_seqs"]), "--max-num-batched-tokens", str(row["max_num_batched_tokens"]),
                "--max-model-len", str(row["max_model_len"]), "--block-size", str(row["block_size"]),
                *(["--overlap"] if row.get("overlap") else []), "--out", out]
-        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"python -m sim capacity failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         with open(Path(out) / "capacity.csv") as f:
             return next(csv.DictReader(f))
 
@@ -61,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slo", nargs="+", default=["ttft:p99:200", "tpot:p99:20"], help="NAME:STAT:MS ...")
     ap.add_argument("--cost", default="calibrated:h200")
     args = ap.parse_args(argv)
-    slos = parse_slos(args.slo)
+    try:
+        slos = parse_slos(args.slo)
+    except ValueError as e:
+        ap.error(str(e))
     rows = [r for r in engine_runs(args.results) if r["run_id"].startswith(args.prefix)]
     if not rows:
         print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
@@ -70,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     by_policy = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r["policy"], r["git_commit"], float(r["rate_scale"]))):
         by_policy[row["policy"]].append(row)
-    cost = load_cost(args.cost, rows[0]["model"])
+    try:
+        cost = load_cost(args.cost, rows[0]["model"])
+    except ValueError as e:
+        ap.error(str(e))
     names = [f"{s.stat} {s.metric}" for s in slos]
     print(f"{'policy':>10} {'commit':>8} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
           + f"  {'real meets':>10} {'sim meets':>9} {'passes priced':>13}")
