@@ -37,7 +37,7 @@ NOT_HERE = [
     (r"--modal", "needs a Modal account"),
 ]
 # commands that take long on a 2-core machine: run with -m slow
-SLOW = [r"sim_speed", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
+SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
         r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep"]
 
 
