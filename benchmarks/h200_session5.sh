@@ -17,6 +17,10 @@
 #              passes the model prices 1-1.5 points shorter, so the engine's capacity is measured again in one
 #              call: continuous at 9, 9.125, 9.25 and 9.375 (the simulator's answer with --overlap), chunked at
 #              10, 10.25 and 10.375 (its answer)
+#   capacityx2 (an nvidia-h200-x2 machine) two replicas, one a GPU, around the simulator's capacity answer for two
+#              H200s on the same window (--replicas 2 --overlap: continuous 18.25x with round-robin and 18.75x with
+#              least-outstanding, chunked 21.25x with least-outstanding): continuous at 17 and 19 times with both
+#              routers, chunked at 20 and 22 times with least-outstanding
 #   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
 #              three seed runs at 30, 60 and 100 req/s, whose whole passes the model prices 1.5-2.5% long at
 #              9-32 sequences and 1-5% short at 65-256
@@ -50,6 +54,12 @@ for part in "$@"; do
         --policy continuous --name azure-cap
       run 200 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 10,10.25,10.375 \
         --policy chunked --name azure-cap ;;
+    capacityx2)
+      unset CUDA_VISIBLE_DEVICES
+      run 280 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 17,19 \
+        --policy continuous --replicas 2 --router round-robin,least-outstanding --name azure-cap
+      run 160 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 20,22 \
+        --policy chunked --replicas 2 --router least-outstanding --name azure-cap ;;
     mixtures3) run 120 python3 benchmarks/attention_mixtures.py --min-batch 2 --passes 40 \
                  results/continuous/seed-r30-continuous-20261130T045643 results/continuous/seed-r60-continuous-20261130T045648 \
                  results/continuous/seed-r100-continuous-20261130T120012 --json $R/attention_mixtures3.json ;;
