@@ -3,9 +3,9 @@ several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated
 and the simulator's capacity search (`python -m sim capacity --search rate-scale`, with the runs' limits
 and overlap mode) on the same window.
 
-Prints, per policy, device call (the runs' commit: one GPU each here) and scale, the SLO metrics real
-and simulated, whether each side meets the SLOs, and the run's passes priced by the cost model against
-their logged times (how fast that GPU ran as the model sees it); then, per policy, the simulator's
+Prints, per setup (policy, replicas and router), device call (the runs' commit: one machine each
+here) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the run's passes priced by the cost model against
+their logged times (how fast that GPU ran as the model sees it); then, per setup, the simulator's
 answer (its highest scale that meets, and the nearest that fails) and, per device call, the scales
 between which the engine stops meeting them.
 
@@ -40,12 +40,20 @@ def window_at_1x(row: dict, requests) -> object:
     return trace
 
 
-def simulated_capacity(trace_path: Path, row: dict, policy: str, slos: list[str], cost: str) -> dict:
-    """`python -m sim capacity --search rate-scale` on the window, with the run's limits and, as the
-    engine ran, its overlap mode (each pass planned while the one before it runs)."""
+def setup(row: dict) -> str:
+    """The run's policy, and its replicas and router when there are several."""
+    replicas = row.get("replicas") or 1
+    return row["policy"] + (f", {replicas} replicas, {row['router']}" if replicas > 1 else "")
+
+
+def simulated_capacity(trace_path: Path, row: dict, slos: list[str], cost: str) -> dict:
+    """`python -m sim capacity --search rate-scale` on the window, with the run's policy, replicas,
+    router and limits and, as the engine ran, its overlap mode (each pass planned while the one
+    before it runs)."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "sim", "capacity", "--trace", str(trace_path), "--search", "rate-scale",
-               "--policy", policy, "--slo", *slos, "--cost", cost, "--kv-blocks", str(row["kv_blocks"]),
+               "--policy", row["policy"], "--replicas", str(row.get("replicas") or 1),
+               "--router", row.get("router") or "round-robin", "--slo", *slos, "--cost", cost, "--kv-blocks", str(row["kv_blocks"]),
                "--max-num-seqs", str(row["max_num_seqs"]), "--max-num-batched-tokens", str(row["max_num_batched_tokens"]),
                "--max-model-len", str(row["max_model_len"]), "--block-size", str(row["block_size"]),
                *(["--overlap"] if row.get("overlap") else []), "--out", out]
@@ -72,18 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
         return 1
     store = RunStore(args.results / "continuous")
-    by_policy = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r["policy"], r["git_commit"], float(r["rate_scale"]))):
-        by_policy[row["policy"]].append(row)
+    by_setup = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (r.get("replicas") or 1, setup(r), r["git_commit"], float(r["rate_scale"]))):
+        by_setup[setup(row)].append(row)
     try:
         cost = load_cost(args.cost, rows[0]["model"])
     except ValueError as e:
         ap.error(str(e))
     names = [f"{s.stat} {s.metric}" for s in slos]
-    print(f"{'policy':>10} {'commit':>8} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
+    width = max(len(name) for name in by_setup)
+    print(f"{'setup':>{width}} {'commit':>8} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
           + f"  {'real meets':>10} {'sim meets':>9} {'passes priced':>13}")
     summary = []
-    for policy, runs in by_policy.items():
+    for name, runs in by_setup.items():
         met, failed = defaultdict(list), defaultdict(list)  # by commit: one device call, one GPU, here
         for row in runs:
             requests, passes = store.requests(row["run_id"]), store.passes(row["run_id"])
@@ -92,14 +101,14 @@ def main(argv: list[str] | None = None) -> int:
             meets = [all(m[s.column] <= s.limit_ms for s in slos) for m in (real, sim)]
             (met if meets[0] else failed)[row["git_commit"]].append(float(row["rate_scale"]))
             priced = sum(logged_times(cost, passes)) / sum(p.duration_s for p in passes) - 1
-            print(f"{policy:>10} {row['git_commit']:>8} {float(row['rate_scale']):>6g}  "
+            print(f"{name:>{width}} {row['git_commit']:>8} {float(row['rate_scale']):>6g}  "
                   + "  ".join(f"{real[s.column]:>13.1f} {sim[s.column]:>8.1f}" for s in slos)
                   + f"  {meets[0]!s:>10} {meets[1]!s:>9} {priced:>+13.1%}")
         first = runs[0]
         with tempfile.TemporaryDirectory() as tmp:
             path = save_trace(window_at_1x(first, store.requests(first["run_id"])), Path(tmp) / "window.csv")
-            cap = simulated_capacity(path, first, policy, args.slo, args.cost)
-        summary.append(f"{policy}: simulator meets up to {cap['max_rate_scale']}, fails at {cap['fails_at']}")
+            cap = simulated_capacity(path, first, args.slo, args.cost)
+        summary.append(f"{name}: simulator meets up to {cap['max_rate_scale']}, fails at {cap['fails_at']}")
         for commit in sorted(set(met) | set(failed), key=lambda c: min(met[c] + failed[c])):
             summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else
                                                          "meets at none of its scales")
