@@ -4,12 +4,13 @@ and the simulator's capacity search (`python -m sim capacity --search rate-scale
 and overlap mode) on the same window.
 
 Prints, per setup (policy, replicas and router), device call (the runs' commit: one machine each
-here) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the run's passes priced by the cost model against
-their logged times (how fast that GPU ran as the model sees it); then, per setup, the simulator's
-answer (its highest scale that meets, and the nearest that fails) and, per device call, the scales
-between which the engine stops meeting them.
+here) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
+run's passes priced by the cost model against their logged times (how fast that GPU ran as the
+model sees it); then, per setup, the simulator's answer (its highest scale that meets, and the
+nearest that fails) and, per device call, the scales between which the engine stops meeting them.
+The runs of a setup must serve one window (the search runs on the first one's arrivals).
 
-    python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about 30 s)
+    python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about 35 s)
     python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20
 """
 from __future__ import annotations
@@ -31,9 +32,10 @@ from sim.capacity import parse_slos  # noqa: E402
 from sim.compare import engine_runs, load_cost, simulate_like, trace_of  # noqa: E402
 from sim.heat import logged_times  # noqa: E402
 from traces.io import save_trace  # noqa: E402
+from traces.trace import Trace  # noqa: E402
 
 
-def window_at_1x(row: dict, requests) -> object:
+def window_at_1x(row: dict, requests) -> Trace:
     """The run's arrivals at the trace's own rate (the engine served them `rate_scale` times faster)."""
     trace = trace_of(requests, row["run_id"])
     trace.arrival_s = trace.arrival_s * float(row["rate_scale"])
@@ -51,11 +53,12 @@ def simulated_capacity(trace_path: Path, row: dict, slos: list[str], cost: str) 
     router and limits and, as the engine ran, its overlap mode (each pass planned while the one
     before it runs)."""
     with tempfile.TemporaryDirectory() as out:
+        limits = {"--policy": row["policy"], "--replicas": row.get("replicas") or 1,
+                  "--router": row.get("router") or "round-robin", "--kv-blocks": row["kv_blocks"],
+                  "--max-num-seqs": row["max_num_seqs"], "--max-num-batched-tokens": row["max_num_batched_tokens"],
+                  "--max-model-len": row["max_model_len"], "--block-size": row["block_size"]}
         cmd = [sys.executable, "-m", "sim", "capacity", "--trace", str(trace_path), "--search", "rate-scale",
-               "--policy", row["policy"], "--replicas", str(row.get("replicas") or 1),
-               "--router", row.get("router") or "round-robin", "--slo", *slos, "--cost", cost, "--kv-blocks", str(row["kv_blocks"]),
-               "--max-num-seqs", str(row["max_num_seqs"]), "--max-num-batched-tokens", str(row["max_num_batched_tokens"]),
-               "--max-model-len", str(row["max_model_len"]), "--block-size", str(row["block_size"]),
+               "--slo", *slos, "--cost", cost, *(x for k, v in limits.items() for x in (k, str(v))),
                *(["--overlap"] if row.get("overlap") else []), "--out", out]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode:
