@@ -7,14 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AWAY="results/continuous-repeats results/validation results/calibration-large results/calibration-served
-      results/calibration-offsteps results/calibration-heat2 results/calibration-cotenant results/calibration-heat3"
+      results/calibration-offsteps results/calibration-heat2 results/calibration-cotenant results/calibration-heat3
+      results/continuous/azure-cap-*"  # (patterns: each expands against the tree, or against .aside/ going back)
 case "${1:-}" in
   aside)
     for p in $AWAY; do
       if [ -e "$p" ]; then mkdir -p ".aside/$(dirname "$p")"; mv "$p" ".aside/$p"; fi
     done ;;
   back)
-    for p in $AWAY; do
+    for p in $(cd .aside 2>/dev/null && echo $AWAY); do
       if [ -e ".aside/$p" ]; then
         [ -e "$p" ] && { echo "error: $p is back already; .aside/$p left where it is" >&2; exit 1; }
         mv ".aside/$p" "$p"
