@@ -14,7 +14,7 @@
 #              rate and chunked at 10.5 (each twice: once into $OUT/results/continuous, once into $OUT/repeats for
 #              results/continuous-repeats), and continuous at 9.5 (between the 9 and 10 that capacity ran)
 #   capacity3  the knee on one card: the runs at 9.125x and 10.5x went to another H200 than the first call's, whose
-#              passes the model prices 1-1.5 points shorter, so the engine's capacity is measured again in one
+#              passes the model prices about a point shorter, so the engine's capacity is measured again in one
 #              call: continuous at 9, 9.125, 9.25 and 9.375 (the simulator's answer with --overlap), chunked at
 #              10, 10.25 and 10.375 (its answer)
 #   capacityx2 (an nvidia-h200-x2 machine) two replicas, one a GPU, around the simulator's capacity answer for two
