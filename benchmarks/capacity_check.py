@@ -97,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for name, runs in by_setup.items():
         met, failed = defaultdict(list), defaultdict(list)  # by commit: one device call, one GPU, here
+        window = None  # the first run's requests: its arrivals are the window the search runs on
         for row in runs:
             requests, passes = store.requests(row["run_id"]), store.passes(row["run_id"])
+            window = window or requests
             real = compute_metrics(requests).as_row()
             sim = compute_metrics(simulate_like(row, requests, cost).table).as_row()
             meets = [all(m[s.column] <= s.limit_ms for s in slos) for m in (real, sim)]
@@ -107,10 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:>{width}} {row['git_commit']:>8} {float(row['rate_scale']):>6g}  "
                   + "  ".join(f"{real[s.column]:>13.1f} {sim[s.column]:>8.1f}" for s in slos)
                   + f"  {meets[0]!s:>10} {meets[1]!s:>9} {priced:>+13.1%}")
-        first = runs[0]
         with tempfile.TemporaryDirectory() as tmp:
-            path = save_trace(window_at_1x(first, store.requests(first["run_id"])), Path(tmp) / "window.csv")
-            cap = simulated_capacity(path, first, args.slo, args.cost)
+            path = save_trace(window_at_1x(runs[0], window), Path(tmp) / "window.csv")
+            cap = simulated_capacity(path, runs[0], args.slo, args.cost)
         summary.append(f"{name}: simulator meets up to {cap['max_rate_scale']}, fails at {cap['fails_at']}")
         for commit in sorted(set(met) | set(failed), key=lambda c: min(met[c] + failed[c])):
             summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else

@@ -88,11 +88,14 @@ def main() -> int:
         spans[name] = (began, time.time())
     smi = telemetry(args.telemetry, os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) \
         if args.telemetry is not None and gpu else None
+    def in_shape_order(timed) -> list[float]:
+        """The timed passes' durations in the order of `shapes` (a sweep may time them shuffled)."""
+        by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
+        return [by_shape[s.seqs] for s in shapes]
     for order in ("own order", "shuffled"):  # as the calibration sweep times them
         with span(f"sweep, {order}"):
             timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=order == "shuffled")
-        by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
-        columns[f"sweep, {order}"] = [by_shape[s.seqs] for s in shapes]
+        columns[f"sweep, {order}"] = in_shape_order(timed)
     with span("as served"):
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, launch="served")
     columns["as served"] = [r.duration_s for r in timed]
@@ -112,8 +115,7 @@ def main() -> int:
         cache = PagedKVCache(model.config, PagedKVCache.blocks_that_fit(model.config, free, 16, dtype), 16, dtype, device)
         runner = ModelRunner(model, cache, widest, "triton" if gpu else "eager", graphs=gpu)
         timed = run_sweep(runner, shapes, repeats=1, seed=1, run_id="replay", shuffled=False, scatter=True)
-        by_shape = {tuple(zip(r.context_lens, r.new_tokens)): r.duration_s for r in timed}
-        columns["sweep, scattered"] = [by_shape[s.seqs] for s in shapes]
+        columns["sweep, scattered"] = in_shape_order(timed)
     print(f"{args.run.name}: {len(picked)} passes from its middle, timed again on {device}; mean ms per pass")
     widths = [max(20, len(name) + 2) for name in columns]
     print(f"  {'kind':<8}{'passes':>7}" + "".join(f"{name:>{w}}" for name, w in zip(columns, widths)))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.metrics import STAGES, compute_metrics  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
-from sim.compare import load_cost, simulate_like  # noqa: E402
+from sim.compare import cost_loader, simulate_like  # noqa: E402
 
 DEFAULT_DIRS = [ROOT / "results" / "continuous", ROOT / "results" / "continuous-repeats"]
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     print("each: median, mean, p90 (ms)")
     found = 0
-    models = {}  # a cost model a model name, loaded once
+    cost_of = cost_loader(args.cost)
     for root in args.dirs:
         store = RunStore(root)
         if not store.rows_path.exists():
@@ -54,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             if m.intake is None:  # records from before the engine timed the stages
                 continue
             found += 1
-            if row["model"] not in models:
-                models[row["model"]] = load_cost(args.cost, row["model"])
-            cost = models[row["model"]]
+            cost = cost_of(row["model"])
             print(f"{row['run_id']} ({root.name})")
             print(line("real", m))
             for seed in [None, *range(args.seeds)]:

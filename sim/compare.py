@@ -235,6 +235,18 @@ def load_cost(cost: str, model: str):
     return parse_cost(cost, model)[0]
 
 
+def cost_loader(cost: str):
+    """`load_cost(cost, model)` as a function of the model's name that loads each one's file once
+    (the runs of one model share it)."""
+    models = {}
+
+    def of(model: str):
+        if model not in models:
+            models[model] = load_cost(cost, model)
+        return models[model]
+    return of
+
+
 def select_runs(results: Path, gpu: str | None = None, only: str | None = None) -> list[dict]:
     """The open runs to compare (an error naming the directory when there are none)."""
     rows = engine_runs(results, gpu)
@@ -251,12 +263,9 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
     store = RunStore(results / "continuous")
     rows = select_runs(results, gpu, only)
     out = []
-    models = {}
+    cost_of = cost_loader(cost)
     for i, row in enumerate(rows):
-        if row["model"] not in models:  # (setdefault would load the file again for every run)
-            models[row["model"]] = load_cost(cost, row["model"])
-        model = models[row["model"]]
-        out.append(compare(row, store, cost, model, seeds, cost_error))
+        out.append(compare(row, store, cost, cost_of(row["model"]), seeds, cost_error))
         if progress is not None:
             progress(i + 1, len(rows))
     return out
