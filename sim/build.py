@@ -53,7 +53,9 @@ class RunSpec:
     trace_format: str | None = option(None, "trace format; detected when omitted", type=str, choices=FORMATS)
     policy: str = option("continuous", "scheduling policy", type=str, choices=tuple(POLICIES), axis=True)
     cost: str = option("roofline:h200", "roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
-                                        "constant:SECONDS, or a calibration JSON (see sim/cost.py)", type=str)
+                                        "constant:SECONDS, calibrated:NAME[@GPU] or a calibration JSON (see "
+                                        "sim/cost.py); *FACTOR after it makes every pass FACTOR times as long "
+                                        "(calibrated:h200*1.02)", type=str, axis=True)
     model: str = option("qwen2.5-1.5b", "model preset; a calibration file must match it", type=str)
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
@@ -160,6 +162,7 @@ def cli_fields() -> list:
 
 
 AXES = tuple(f.name for f in cli_fields() if f.metadata["axis"])
+TEXT_AXES = tuple(f.name for f in cli_fields() if f.metadata["axis"] and f.metadata["type"] is str)  # policy, cost
 
 
 @lru_cache(maxsize=4)

@@ -308,7 +308,7 @@ def report(searches: list[Search], searched: str, axes: dict[str, list], slos: l
     rows = table(searches, searched, varying, slos)
     unused = {searched, "rate_scale" if searched == "rate" else searched}  # rate: the trace's times are not used
     fixed = ", ".join(f"{k}={v[0]}" for k, v in axes.items() if len(v) == 1 and k not in unused)
-    print_table(rows, searched, slos, replications, tolerance, f"cost {searches[0].point.cost}, {fixed}")
+    print_table(rows, searched, slos, replications, tolerance, fixed)
     for line in notes(searches, searched, varying, slos):
         print(line)
     if out is not None:

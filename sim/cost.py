@@ -18,7 +18,8 @@ Implementations:
   passes timed on the GPU (`calibrate/`), read from a JSON file; `calibrated:h200` names the
   committed one.
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
-- `ScaledCost`: another model's passes, every one a factor longer (`sim compare --cost-error`).
+- `ScaledCost`: another model's passes, every one a factor longer (`sim compare --cost-error`;
+  `--cost calibrated:h200*1.02` on the command line).
 
 Calibration file (format "llm-sim-cost/v5", written by `python -m calibrate fit` from passes
 timed on the real engine; `CalibratedCost` documents the form and its parameters, `sim.host` and
@@ -26,6 +27,7 @@ timed on the real engine; `CalibratedCost` documents the form and its parameters
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -164,7 +166,13 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
     """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline), "constant:SECONDS",
     "calibrated:NAME" (results/calibration/NAME.json, e.g. calibrated:h200), "calibrated:NAME@GPU"
     (that calibration projected to another GPU preset), or the path of a calibration JSON for
-    `model`. Returns it and the GPU preset it stands for (None when it names none)."""
+    `model`; any of them followed by "*FACTOR" has every pass FACTOR times as long (`ScaledCost`:
+    calibrated:h200*1.02 is the H200 calibration with passes 2% slower, as a card or a load its
+    error leaves out could make them). Returns it and the GPU preset it stands for (None when it
+    names none)."""
+    base, star, factor = spec.rpartition("*")
+    if star and not Path(spec).exists():
+        return _scaled(spec, base, factor, model, overhead_s)
     kind, sep, arg = spec.partition(":")
     if kind == "roofline" and sep:
         gpu = _gpu(spec, arg)
@@ -197,6 +205,23 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         return cost, gpu_preset(cost.gpu)[1]
     raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
                      f"calibration .json file")
+
+
+MAX_SCALE = 100.0  # a scaled cost model's factor, at most (and at least its inverse)
+
+
+def _scaled(spec: str, base: str, factor: str, model: str, overhead_s: float) -> tuple[CostModel, GPUSpec | None]:
+    try:
+        f = float(factor)
+    except ValueError:
+        f = math.nan
+    if not 1 / MAX_SCALE <= f <= MAX_SCALE:  # (nan fails too)
+        raise ValueError(f"--cost {spec!r}: {factor!r} after '*' must be a factor from {1 / MAX_SCALE:g} to "
+                         f"{MAX_SCALE:g} (every pass that many times as long), e.g. calibrated:h200*1.02")
+    if not base:
+        raise ValueError(f"--cost {spec!r}: name the cost model to scale before '*', e.g. calibrated:h200*1.02")
+    cost, gpu = parse_cost(base, model, overhead_s)
+    return ScaledCost(cost, f), gpu
 
 
 def _gpu(spec: str, name: str) -> GPUSpec:

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from tqdm import tqdm
 
 from core.metrics import summarize_replications
-from sim.build import AXES, RunSpec
+from sim.build import AXES, TEXT_AXES, RunSpec
 from sim.fanout import runner
 
 SHOWN = ["request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
@@ -42,8 +42,13 @@ def _read_done(path: Path) -> list[dict]:
     if not path.exists():
         return []
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return [{k: (v if k == "policy" else None if v == "" else _number(v)) for k, v in r.items()} for r in rows]
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    missing = [k for k in (*AXES, "seed") if k not in (reader.fieldnames or [])]
+    if rows and missing:
+        raise ValueError(f"{path}: no column {missing[0]} (written by an older version of the simulator); "
+                         f"start the sweep in a new --out")
+    return [{k: (v if k in TEXT_AXES else None if v == "" else _number(v)) for k, v in r.items()} for r in rows]
 
 
 def _number(text: str) -> int | float:

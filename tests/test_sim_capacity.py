@@ -52,6 +52,21 @@ def test_rate_scale_search_finds_the_hand_computed_threshold(evenly, tmp_path, c
     assert "max_rate_scale" in capsys.readouterr().out
 
 
+def test_one_search_per_cost_model_and_a_slower_one_serves_less(evenly, tmp_path, capsys):
+    # the hand-computed threshold above, for passes of C and of 1.5 C (`constant:C*1.5`)
+    k = 0.99 * 199
+    threshold = {c: 0.010 / (c - (0.010 - c) / k) for c in (C, 1.5 * C)}
+    assert main(["capacity", "--trace", str(evenly), "--search", "rate-scale", "--slo", "ttft:p99:10",
+                 "--tolerance", "0.01", "--out", str(tmp_path / "out"), *ONE_PER_PASS,
+                 "--cost", f"constant:{C},constant:{C}*1.5"]) == 0
+    rows = pd.read_csv(tmp_path / "out" / "capacity.csv").to_dict("records")
+    assert [r["cost"] for r in rows] == [f"constant:{C}", f"constant:{C}*1.5"]
+    for row, c in zip(rows, (C, 1.5 * C)):
+        assert row["max_rate_scale"] <= threshold[c] < row["fails_at"] <= row["max_rate_scale"] * 1.01
+    assert rows[1]["max_rate_scale"] < rows[0]["max_rate_scale"]
+    assert f"constant:{C}*1.5" in capsys.readouterr().out
+
+
 def test_fewest_replicas(tmp_path):
     # 120 requests 3 ms apart, 10 ms passes, round robin: R replicas see a gap of 3R ms, so the
     # queues stay empty from R = 4 (TTFT = 10 ms); at R = 3 each grows 1 ms per request.

@@ -172,3 +172,23 @@ def test_a_resumed_sweep_runs_only_the_points_runs_csv_lacks(trace_csv, tmp_path
     again = (out / "runs.csv").read_text().splitlines()
     assert len(again) == 3 and again[:2] == lines[:2]  # the kept run is not run again
     assert {line.split(",")[0] for line in again[1:]} == {"continuous", "chunked"}
+
+
+def test_a_sweep_over_cost_models_and_a_runs_csv_from_before_cost_was_an_axis(trace_csv, tmp_path, capsys):
+    import pandas as pd
+    out = tmp_path / "sweep"
+    args = ["sweep", "--trace", str(trace_csv), "--cost", "constant:0.002,constant:0.002*2", "--rate", "10",
+            "--limit", "40", "--jobs", "1", "--out", str(out)]
+    assert main(args) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs.cost) == ["constant:0.002", "constant:0.002*2"]
+    fast, slow = runs.mean_e2el_ms
+    assert slow > fast  # every pass twice as long
+    # a runs.csv written before cost was an axis has no cost column: resuming it is refused, clearly
+    frame = pd.read_csv(out / "runs.csv").drop(columns="cost")
+    frame.iloc[:1].to_csv(out / "runs.csv", index=False)
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "runs.csv: no column cost (written by an older version of the simulator)" in err
+    assert len(pd.read_csv(out / "runs.csv")) == 1  # and nothing was lost

@@ -1,6 +1,7 @@
 """Step-cost models: the roofline's arithmetic, the calibration file, and the decode line the
 fast-forward relies on."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -155,6 +156,34 @@ def test_a_scaled_cost_model_moves_every_pass_and_keeps_the_rest():
     assert ScaledCost(StepByStep(0.01), 1.5).decode_line(4, 40, 10) is None
     with pytest.raises(ValueError, match="positive factor"):
         ScaledCost(base, 0.0)
+
+
+def test_a_cost_spec_followed_by_a_factor_scales_every_pass():
+    base, gpu = parse_cost("calibrated:h200")
+    slower, same_gpu = parse_cost("calibrated:h200*1.02")
+    assert isinstance(slower, ScaledCost) and slower.factor == 1.02 and same_gpu is gpu
+    for new, ctx in (([1] * 64, [300] * 64), ([4096], [0]), ([1], [256])):
+        assert slower.pass_time(new, ctx) == pytest.approx(1.02 * base.pass_time(new, ctx), rel=1e-12)
+    assert slower.host == base.host and slower.heat == base.heat  # the host and the heat are not the passes'
+    projected, a10 = parse_cost("calibrated:h200@a10*0.5")
+    assert a10.name == parse_cost("calibrated:h200@a10")[1].name
+    assert projected.pass_time([1], [256]) == pytest.approx(0.5 * parse_cost("calibrated:h200@a10")[0].pass_time([1], [256]))
+    assert parse_cost("constant:0.002*3")[0].pass_time([5], [0]) == pytest.approx(0.006)
+    assert parse_cost("constant:0.002*2*2")[0].pass_time([5], [0]) == pytest.approx(0.008)  # (each factor in turn)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("calibrated:h200*fast", "'fast' after '*' must be a factor from 0.01 to 100"),
+    ("calibrated:h200*0", "'0' after '*' must be a factor"),
+    ("calibrated:h200*-1", "'-1' after '*' must be a factor"),
+    ("calibrated:h200*nan", "'nan' after '*' must be a factor"),
+    ("calibrated:h200*", "'' after '*' must be a factor"),
+    ("*1.02", "name the cost model to scale before '*'"),
+    ("calibrated:tpu*1.02", "no calibration named 'tpu'"),
+])
+def test_a_bad_factor_on_a_cost_spec_is_a_clear_error(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_cost(spec)
 
 
 def test_the_committed_h200_calibration_loads_by_name():
