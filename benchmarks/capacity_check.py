@@ -7,11 +7,14 @@ Prints, per setup (policy, replicas and router), device call (the runs' commit: 
 here) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
 run's passes priced by the cost model against their logged times (how fast that GPU ran as the
 model sees it); then, per setup, the simulator's answer (its highest scale that meets, and the
-nearest that fails) and, per device call, the scales between which the engine stops meeting them.
-The runs of a setup must serve one window (the search runs on the first one's arrivals).
+nearest that fails) with the cost model as calibrated and with every pass 2% shorter and longer
+(`--cost-error`: the validation's band, `sim compare --cost-error`; how far the answer moves when
+a card or a load runs the passes that much off their price) and, per device call, the scales
+between which the engine stops meeting them. The runs of a setup must serve one window (the
+search runs on the first one's arrivals).
 
-    python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about 35 s)
-    python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20
+    python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about a minute)
+    python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20 --cost-error 0.02
 """
 from __future__ import annotations
 
@@ -48,23 +51,24 @@ def setup(row: dict) -> str:
     return row["policy"] + (f", {replicas} replicas, {row['router']}" if replicas > 1 else "")
 
 
-def simulated_capacity(trace_path: Path, row: dict, slos: list[str], cost: str) -> dict:
+def simulated_capacity(trace_path: Path, row: dict, slos: list[str], costs: list[str]) -> list[dict]:
     """`python -m sim capacity --search rate-scale` on the window, with the run's policy, replicas,
     router and limits and, as the engine ran, its overlap mode (each pass planned while the one
-    before it runs)."""
+    before it runs): one search per cost model, side by side."""
     with tempfile.TemporaryDirectory() as out:
         limits = {"--policy": row["policy"], "--replicas": row.get("replicas") or 1,
                   "--router": row.get("router") or "round-robin", "--kv-blocks": row["kv_blocks"],
                   "--max-num-seqs": row["max_num_seqs"], "--max-num-batched-tokens": row["max_num_batched_tokens"],
                   "--max-model-len": row["max_model_len"], "--block-size": row["block_size"]}
         cmd = [sys.executable, "-m", "sim", "capacity", "--trace", str(trace_path), "--search", "rate-scale",
-               "--slo", *slos, "--cost", cost, *(x for k, v in limits.items() for x in (k, str(v))),
+               "--slo", *slos, "--cost", ",".join(costs), *(x for k, v in limits.items() for x in (k, str(v))),
                *(["--overlap"] if row.get("overlap") else []), "--out", out]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"python -m sim capacity failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         with open(Path(out) / "capacity.csv") as f:
-            return next(csv.DictReader(f))
+            rows = list(csv.DictReader(f))
+        return rows if "cost" in rows[0] else [dict(r, cost=costs[0]) for r in rows]  # (one cost: not a column)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="azure-cap", help="the runs whose id starts with this (default azure-cap)")
     ap.add_argument("--slo", nargs="+", default=["ttft:p99:200", "tpot:p99:20"], help="NAME:STAT:MS ...")
     ap.add_argument("--cost", default="calibrated:h200")
+    ap.add_argument("--cost-error", type=float, default=0.02,
+                    help="search again with every pass this much shorter and longer (default 0.02; 0: not)")
     args = ap.parse_args(argv)
+    if not 0 <= args.cost_error < 1:
+        ap.error(f"--cost-error must be from 0 to below 1, got {args.cost_error}")
+    costs = [args.cost] + ([f"{args.cost}*{1 - args.cost_error:g}", f"{args.cost}*{1 + args.cost_error:g}"]
+                           if args.cost_error else [])
     try:
         slos = parse_slos(args.slo)
     except ValueError as e:
@@ -111,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                   + f"  {meets[0]!s:>10} {meets[1]!s:>9} {priced:>+13.1%}")
         with tempfile.TemporaryDirectory() as tmp:
             path = save_trace(window_at_1x(runs[0], window), Path(tmp) / "window.csv")
-            cap = simulated_capacity(path, runs[0], args.slo, args.cost)
-        summary.append(f"{name}: simulator meets up to {cap['max_rate_scale']}, fails at {cap['fails_at']}")
+            caps = {c["cost"]: c for c in simulated_capacity(path, runs[0], args.slo, costs)}
+        summary.append(f"{name}: simulator meets up to {caps[args.cost]['max_rate_scale']}, fails at "
+                       f"{caps[args.cost]['fails_at']}" + "".join(
+                           f"; passes x{c.rpartition('*')[2]}: {caps[c]['max_rate_scale']}, {caps[c]['fails_at']}"
+                           for c in costs[1:]))
         for commit in sorted(set(met) | set(failed), key=lambda c: min(met[c] + failed[c])):
             summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else
                                                          "meets at none of its scales")
