@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The sixth continuous-engine session's device calls, by part (the device tool's copy of the tree
+# has no .git, so each call sets GIT_COMMIT):
+#   GIT_COMMIT=$(git rev-parse HEAD) AZURE=.traces/AzureLLMInferenceTrace_conv.csv bash benchmarks/h200_session6.sh PART...
+# (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
+# Parts:
+#   cardheat   is a card's speed at the knee its heat? Three H200s ran the capacity window's passes 0.7-1.3
+#              points apart as the model prices them, most where the card was hot (the cold decode passes of
+#              their runs within 0.2-1.1%). On one card in one call: its heat response (`python -m calibrate
+#              heat --repeats 1`, into $OUT/cards, not beside the calibration's sweep: `calibrate fit` takes
+#              the latest heat run there), then the Azure window 1200:1520 around the simulator's capacity
+#              answers (continuous at 9, 9.25 and 9.5 times the trace's rate, chunked at 10, 10.25 and 10.5;
+#              into $OUT/results/continuous)
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+R=$OUT/results
+mkdir -p $R $OUT/cards
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv | tee -a $R/gpu.txt
+python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
+run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
+AZURE=${AZURE:-azure-conv-2023}
+for part in "$@"; do
+  export CUDA_VISIBLE_DEVICES=0
+  case $part in
+    cardheat)
+      run 150 python3 -m calibrate heat --repeats 1 --out $OUT/cards
+      run 200 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 9,9.25,9.5 \
+        --policy continuous --name azure-cap
+      run 200 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 10,10.25,10.5 \
+        --policy chunked --name azure-cap ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+echo "elapsed ${SECONDS}s"
+tar czf $OUT/results.tgz -C $OUT results cards
