@@ -11,6 +11,14 @@
 #              the latest heat run there), then the Azure window 1200:1520 around the simulator's capacity
 #              answers (continuous at 9, 9.25 and 9.5 times the trace's rate, chunked at 10, 10.25 and 10.5;
 #              into $OUT/results/continuous)
+#   samecard   the same question with the runs the card's heat moves the other way: with the heat the first
+#              call's card measured (prefill 13.3% at full heat, against the calibration's 12.3%, and faster
+#              rise and fall), the simulator's capacity answers fall inside every card's interval, but the
+#              moderately loaded seed runs (older cards) go long. On one card: its heat run (into $OUT/cards),
+#              then the seed workload at 3 req/s (50 requests, continuous), 60 req/s (150 requests, both
+#              policies) and 120 req/s (400 requests, continuous), and the Azure window at 9.25 (continuous)
+#              and 10.25 times (chunked): each a configuration already under results/continuous, so into
+#              $OUT/repeats for results/continuous-repeats
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 R=$OUT/results
@@ -28,8 +36,17 @@ for part in "$@"; do
         --policy continuous --name azure-cap
       run 200 python3 -m engine serve-trace --out $R --trace $AZURE --window 1200:1520 --rate-scale 10,10.25,10.5 \
         --policy chunked --name azure-cap ;;
+    samecard)
+      run 150 python3 -m calibrate heat --repeats 1 --out $OUT/cards
+      run 120 python3 -m engine serve-trace --out $OUT/repeats --rates 3 --requests 50 --policy continuous
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 60 --requests 150 --policy continuous,chunked
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 120 --requests 400 --policy continuous
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 9.25 \
+        --policy continuous --name azure-cap
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10.25 \
+        --policy chunked --name azure-cap ;;
     *) echo "unknown part $part" ;;
   esac
 done
 echo "elapsed ${SECONDS}s"
-tar czf $OUT/results.tgz -C $OUT results cards
+tar czf $OUT/results.tgz -C $OUT results cards $(cd $OUT && ls -d repeats 2>/dev/null)
