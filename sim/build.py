@@ -17,7 +17,7 @@ from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import get_gpu
 from core.routers import ROUTERS, make_router
 from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
-from sim.cost import CalibratedCost, parse_cost
+from sim.cost import parse_cost
 from sim.noise import NoisyCost, measured_noise
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
@@ -225,8 +225,8 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
                          f"project a calibration with --cost calibrated:NAME@{spec.gpu}")
     gpu = gpu_preset or get_gpu(spec.gpu or "h200")
     free_gib = spec.kv_gib
-    if free_gib is None and isinstance(cost, CalibratedCost):
-        free_gib = cost.free_gib
+    if free_gib is None:  # the memory the calibrated engine had (through a scaled or noisy model's too)
+        free_gib = getattr(cost, "free_gib", None)
     num_blocks = spec.kv_blocks or blocks_for_gpu(model, gpu, spec.block_size, free_gib)
     if spec.max_model_len is not None and spec.max_model_len > model.context_length:
         raise ValueError(f"--max-model-len {spec.max_model_len} is past {spec.model}'s context of "

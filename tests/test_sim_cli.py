@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sim.__main__ import main
+from sim.__main__ import REPO, main
 
 from core.records import read_pass_records, read_request_records
 
@@ -192,3 +192,17 @@ def test_a_sweep_over_cost_models_and_a_runs_csv_from_before_cost_was_an_axis(tr
     err = capsys.readouterr().err
     assert "runs.csv: no column cost (written by an older version of the simulator)" in err
     assert len(pd.read_csv(out / "runs.csv")) == 1  # and nothing was lost
+
+
+@pytest.mark.parametrize("extra", [[], ["--noise"]])
+def test_a_scaled_calibration_keeps_the_memory_the_calibrated_engine_had(trace_csv, tmp_path, capsys, extra):
+    # a calibration whose engine had too little memory for one request: the scaled (and the
+    # scattered) model must size the KV cache from it too, not from the GPU preset
+    d = json.loads((REPO / "results" / "calibration" / "h200.json").read_text())
+    d["free_gib"] = 0.001
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(d))
+    for cost in (str(path), f"{path}*1.02"):
+        assert main(["run", "--trace", str(trace_csv), "--cost", cost, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the KV memory of NVIDIA H200 (0.001 GiB) holds" in err, err
