@@ -24,14 +24,7 @@
 #   mixtures3  benchmarks/attention_mixtures.py on the small and middle decode batches (2 sequences and more) of
 #              three seed runs at 30, 60 and 100 req/s, whose whole passes the model prices 1.5-2.5% long at
 #              9-32 sequences and 1-5% short at 65-256
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-R=$OUT/results
-mkdir -p $R
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv | tee -a $R/gpu.txt
-python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
-run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
-AZURE=${AZURE:-azure-conv-2023}
+source benchmarks/device_prelude.sh
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
   case $part in

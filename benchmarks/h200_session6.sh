@@ -19,14 +19,8 @@
 #              policies) and 120 req/s (400 requests, continuous), and the Azure window at 9.25 (continuous)
 #              and 10.25 times (chunked): each a configuration already under results/continuous, so into
 #              $OUT/repeats for results/continuous-repeats
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-R=$OUT/results
-mkdir -p $R $OUT/cards
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv | tee -a $R/gpu.txt
-python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -1
-run() { local cap=$1; shift; echo "== $* (cap ${cap}s, at ${SECONDS}s)"; timeout $cap "$@" 2>&1 | tr '\r' '\n' | grep -vE '%\||^ *$' | tail -16; }
-AZURE=${AZURE:-azure-conv-2023}
+source benchmarks/device_prelude.sh
+mkdir -p $OUT/cards
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
   case $part in
