@@ -8,6 +8,7 @@ test command on a clean checkout. Commands that take more than a few seconds are
 (`python -m pytest -m slow tests/test_readme_commands.py` runs them)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -36,9 +37,12 @@ NOT_HERE = [
     (r"^cd ", "changes directory"),
     (r"--modal", "needs a Modal account"),
 ]
+# commands that run the engine (on a CPU with the tiny model): not run where torch is not installed
+NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
-        r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep"]
+        r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", *NEEDS_TORCH]
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def commands(readme: Path) -> list[str]:
@@ -57,6 +61,8 @@ def cases():
     for readme in READMES:
         for i, cmd in enumerate(commands(readme)):
             reason = next((why for pat, why in NOT_HERE if re.search(pat, cmd)), None)
+            if reason is None and not HAS_TORCH and any(re.search(p, cmd) for p in NEEDS_TORCH):
+                reason = "runs the engine: needs its extra (torch)"
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             if any(re.search(p, cmd) for p in SLOW):
                 marks.append(pytest.mark.slow)
