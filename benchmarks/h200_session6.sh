@@ -19,6 +19,9 @@
 #              policies) and 120 req/s (400 requests, continuous), and the Azure window at 9.25 (continuous)
 #              and 10.25 times (chunked): each a configuration already under results/continuous, so into
 #              $OUT/repeats for results/continuous-repeats
+#   heat2card  the same with a heat run of two rounds (one round's kappas scatter by 1-2 points): its heat, then
+#              the seed workload at 60 req/s (150 requests, both policies) and 120 req/s (400 requests), the
+#              window at 9 and 9.25 times (continuous) and 10 and 10.25 (chunked), into $OUT/repeats
 source benchmarks/device_prelude.sh
 mkdir -p $OUT/cards
 for part in "$@"; do
@@ -38,6 +41,14 @@ for part in "$@"; do
       run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 9.25 \
         --policy continuous --name azure-cap
       run 100 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10.25 \
+        --policy chunked --name azure-cap ;;
+    heat2card)
+      run 200 python3 -m calibrate heat --repeats 2 --out $OUT/cards
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 60 --requests 150 --policy continuous,chunked
+      run 100 python3 -m engine serve-trace --out $OUT/repeats --rates 120 --requests 400 --policy continuous
+      run 150 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 9,9.25 \
+        --policy continuous --name azure-cap
+      run 150 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10,10.25 \
         --policy chunked --name azure-cap ;;
     *) echo "unknown part $part" ;;
   esac
