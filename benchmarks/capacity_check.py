@@ -14,6 +14,7 @@ between which the engine stops meeting them. The runs of a setup must serve one 
 search runs on the first one's arrivals).
 
     python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about a minute)
+    python benchmarks/capacity_check.py --repeats       # and those under results/continuous-repeats (other cards)
     python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20 --cost-error 0.02
 """
 from __future__ import annotations
@@ -51,6 +52,13 @@ def setup(row: dict) -> str:
     return row["policy"] + (f", {replicas} replicas, {row['router']}" if replicas > 1 else "")
 
 
+def repeated_runs(store: RunStore, prefix: str) -> list[dict]:
+    """The good runs under `store` (results/continuous-repeats) whose id starts with `prefix`."""
+    if not store.rows_path.exists():
+        return []
+    return [r for r in store.rows() if r.get("status") == "ok" and r["run_id"].startswith(prefix)]
+
+
 def simulated_capacity(trace_path: Path, row: dict, slos: list[str], costs: list[str]) -> list[dict]:
     """`python -m sim capacity --search rate-scale` on the window, with the run's policy, replicas,
     router and limits and, as the engine ran, its overlap mode (each pass planned while the one
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="azure-cap", help="the runs whose id starts with this (default azure-cap)")
     ap.add_argument("--slo", nargs="+", default=["ttft:p99:200", "tpot:p99:20"], help="NAME:STAT:MS ...")
     ap.add_argument("--cost", default="calibrated:h200")
+    ap.add_argument("--repeats", action="store_true",
+                    help="also the runs of the same prefix under results/continuous-repeats (more cards)")
     ap.add_argument("--cost-error", type=float, default=0.02,
                     help="search again with every pass this much shorter and longer (default 0.02; 0: not)")
     args = ap.parse_args(argv)
@@ -88,11 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         slos = parse_slos(args.slo)
     except ValueError as e:
         ap.error(str(e))
+    stores = {"continuous": RunStore(args.results / "continuous")}
     rows = [r for r in engine_runs(args.results) if r["run_id"].startswith(args.prefix)]
     if not rows:
         print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
         return 1
-    store = RunStore(args.results / "continuous")
+    if args.repeats:  # the same window served again, on other cards too
+        stores["continuous-repeats"] = RunStore(args.results / "continuous-repeats")
+        rows += [dict(r, store="continuous-repeats") for r in repeated_runs(stores["continuous-repeats"], args.prefix)]
     by_setup = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r.get("replicas") or 1, setup(r), r["git_commit"], float(r["rate_scale"]))):
         by_setup[setup(row)].append(row)
@@ -109,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         met, failed = defaultdict(list), defaultdict(list)  # by commit: one device call, one GPU, here
         window = None  # the first run's requests: its arrivals are the window the search runs on
         for row in runs:
+            store = stores[row.get("store", "continuous")]
             requests, passes = store.requests(row["run_id"]), store.passes(row["run_id"])
             window = window or requests
             real = compute_metrics(requests).as_row()
