@@ -22,6 +22,9 @@
 #   heat2card  the same with a heat run of two rounds (one round's kappas scatter by 1-2 points): its heat, then
 #              the seed workload at 60 req/s (150 requests, both policies) and 120 req/s (400 requests), the
 #              window at 9 and 9.25 times (continuous) and 10 and 10.25 (chunked), into $OUT/repeats
+#   mixtures4  whole decode passes of spread contexts beside their twins of one context (the batch's mean) at
+#              40-256 sequences (`python -m calibrate sweep --grid mixtures`, into $OUT/mixtures, not beside the
+#              calibration's sweep): served batches of 65-127 sequences run 2-3% over their price
 source benchmarks/device_prelude.sh
 mkdir -p $OUT/cards
 for part in "$@"; do
@@ -50,8 +53,9 @@ for part in "$@"; do
         --policy continuous --name azure-cap
       run 150 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 --rate-scale 10,10.25 \
         --policy chunked --name azure-cap ;;
+    mixtures4) run 300 python3 -m calibrate sweep --grid mixtures --max-batch 256 --out $OUT/mixtures ;;
     *) echo "unknown part $part" ;;
   esac
 done
 echo "elapsed ${SECONDS}s"
-tar czf $OUT/results.tgz -C $OUT results cards $(cd $OUT && ls -d repeats 2>/dev/null)
+tar czf $OUT/results.tgz -C $OUT results cards $(cd $OUT && ls -d repeats mixtures 2>/dev/null)

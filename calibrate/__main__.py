@@ -53,13 +53,16 @@ def sweep_main(argv: list[str]) -> int:
                    help="timed passes launched 16 at a time behind a short lead, each window built first "
                         "(windows, default), or each built and launched while the one before it runs, as the "
                         "serving loop does (served)")
+    p.add_argument("--grid", choices=("default", "mixtures"), default="default",
+                   help="the calibration's grid (default), or decode batches of spread contexts beside their twins "
+                        "of one context (mixtures: a diagnostic, its row's kind sweep-mixtures, which fit does not read)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
         import torch
         from tqdm import tqdm
 
-        from calibrate.sweep import blocks_needed, default_shapes, run_sweep
+        from calibrate.sweep import MIXTURE_BATCHES, blocks_needed, default_shapes, mixture_shapes, run_sweep
         from engine.continuous import ModelRunner
         from engine.paged import PagedKVCache
         from engine.provenance import provenance, resolve_device
@@ -78,8 +81,14 @@ def sweep_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(source, dtype, device, seed=args.seed)
-        shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000, seed=args.seed,
-                                max_pass_tokens=args.max_pass_tokens)
+        if args.grid == "mixtures":
+            shapes = mixture_shapes(max_batch, max_context, seed=args.seed)
+            if not shapes:
+                raise ValueError(f"--grid mixtures times batches of {min(MIXTURE_BATCHES)} sequences and more; "
+                                 f"--max-batch is {max_batch}")
+        else:
+            shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000,
+                                    seed=args.seed, max_pass_tokens=args.max_pass_tokens)
         blocks = max(blocks_needed(s, args.block_size) for s in shapes)
         cache = PagedKVCache(model.config, blocks, args.block_size, dtype, device)
         runner = ModelRunner(model, cache, max_batch, kernels, graphs)
@@ -88,7 +97,7 @@ def sweep_main(argv: list[str]) -> int:
         return 2
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    run_id = f"sweep-{stamp}"
+    run_id = f"sweep-{stamp}" if args.grid == "default" else f"sweep-mixtures-{stamp}"
     print(f"{len(shapes)} shapes x ({args.repeats} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")
     wall = time.perf_counter()
@@ -97,7 +106,8 @@ def sweep_main(argv: list[str]) -> int:
                            progress=lambda i, n: bar.update(i - bar.n), launch=args.launch)
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
-    row = {"run_id": run_id, "engine": "continuous", "kind": "sweep", "shapes": len(shapes), "repeats": args.repeats,
+    row = {"run_id": run_id, "engine": "continuous", "kind": "sweep" if args.grid == "default" else "sweep-mixtures",
+           "shapes": len(shapes), "repeats": args.repeats,
            "passes": len(passes), "launch": args.launch, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],

@@ -118,6 +118,38 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
     return [s for s in shapes if s.tokens_held <= max_tokens_held]
 
 
+MIXTURE_BATCHES = (40, 64, 72, 80, 96, 104, 112, 120, 160, 256)
+
+
+def mixture_shapes(max_batch: int = 256, max_context: int = 16384, seed: int = 0) -> list[Shape]:
+    """Decode batches of spread contexts beside their twins of one context (the batch's mean), at
+    batch sizes around the attention kernel's change of slicing (padded batches under 128 get
+    128-position slices; from 128 the batch fills the GPU): the served batches of 65-127 sequences
+    run 2-3% over a form that sees a batch by its mean and longest context, where the default grid
+    has few spread batches there (`--grid mixtures`; not the calibration's grid)."""
+    rng = random.Random(seed)
+    top = min(8000, max_context)
+    designs = {
+        "tail": lambda b: [int(min(max(rng.lognormvariate(math.log(top / 8), 0.7), 16), top)) for _ in range(b)],
+        "wide": lambda b: [int(min(max(rng.lognormvariate(math.log(top / 8), 1.0), 16), top)) for _ in range(b)],
+        "loguniform": lambda b: log_contexts(rng, b, 16, top),
+        "bimodal50": lambda b: [rng.randint(16, max(16, top // 13)) if i < b // 2 else rng.randint(top // 2, top // 2 + top // 32)
+                                for i in range(b)],
+        "bimodal25": lambda b: [rng.randint(16, max(16, top // 13)) if i < b // 4 else rng.randint(top // 2, top // 2 + top // 32)
+                                for i in range(b)],
+    }
+    shapes = []
+    for b in MIXTURE_BATCHES:
+        if b > max_batch:
+            continue
+        for name, draw in designs.items():
+            ctx = draw(b)
+            mean = round(sum(ctx) / b)
+            shapes.append(Shape(f"decode b{b} {name}", tuple((c, 1) for c in ctx)))
+            shapes.append(Shape(f"decode b{b} {name} twin", tuple((mean, 1) for _ in range(b))))
+    return shapes
+
+
 def blocks_needed(shape: Shape, block_size: int) -> int:
     return sum(-(-(c + n) // block_size) for c, n in shape.seqs)
 

@@ -4,7 +4,7 @@ import pytest
 pytest.importorskip("torch", reason="the sweep runs the engine")
 import torch  # noqa: E402
 
-from calibrate.sweep import Shape, default_shapes, run_sweep  # noqa: E402
+from calibrate.sweep import MIXTURE_BATCHES, Shape, default_shapes, mixture_shapes, run_sweep  # noqa: E402
 from engine.continuous import ModelRunner  # noqa: E402
 from engine.paged import PagedKVCache  # noqa: E402
 from engine.weights import build_random  # noqa: E402
@@ -94,3 +94,28 @@ def test_served_launches_build_a_repeated_shape_once(monkeypatch):
     records = run_sweep(runner, [a, b, a, a, b], repeats=1, shuffled=False, launch="served", warm_up=False)
     assert [r.context_lens for r in records] == [[8, 9], [0], [8, 9], [8, 9], [0]]
     assert sorted(built) == ["a", "b", "lead"]
+
+
+def test_the_mixtures_grid_sets_each_spread_batch_beside_its_twin_of_one_context():
+    shapes = mixture_shapes(max_batch=128, max_context=8192)
+    assert {len(s.seqs) for s in shapes} == {b for b in MIXTURE_BATCHES if b <= 128}
+    by_group = {s.group: s for s in shapes}
+    spread = [s for s in shapes if not s.group.endswith("twin")]
+    assert len(spread) == len(shapes) // 2
+    for s in spread:
+        twin = by_group[s.group + " twin"]
+        contexts = [c for c, _ in s.seqs]
+        assert all(n == 1 for _, n in s.seqs + twin.seqs)  # decode passes
+        assert len(twin.seqs) == len(s.seqs) and {c for c, _ in twin.seqs} == {round(sum(contexts) / len(contexts))}
+        assert max(contexts) <= 8000 and max(contexts) > 2 * min(contexts)  # spread, within the cap
+    assert mixture_shapes(max_batch=32) == []
+
+
+def test_a_mixtures_sweep_is_not_the_sweep_fit_reads(tmp_path, capsys):
+    from calibrate.__main__ import main
+    assert main(["sweep", "--grid", "mixtures", "--repeats", "1", "--max-batch", "40", "--max-context", "128",
+                 "--out", str(tmp_path)]) == 0
+    assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
+    assert "no sweep under" in capsys.readouterr().err
+    assert main(["sweep", "--grid", "mixtures", "--max-batch", "8", "--out", str(tmp_path)]) == 2
+    assert "--grid mixtures times batches of 40 sequences and more; --max-batch is 8" in capsys.readouterr().err
