@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from core.metrics import compute_metrics  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.capacity import parse_slos  # noqa: E402
-from sim.compare import engine_runs, load_cost, simulate_like, trace_of  # noqa: E402
+from sim.compare import REPEATS, engine_runs, load_cost, repeat_rows, simulate_like, trace_of  # noqa: E402
 from sim.heat import logged_times  # noqa: E402
 from traces.io import save_trace  # noqa: E402
 from traces.trace import Trace  # noqa: E402
@@ -50,13 +50,6 @@ def setup(row: dict) -> str:
     """The run's policy, and its replicas and router when there are several."""
     replicas = row.get("replicas") or 1
     return row["policy"] + (f", {replicas} replicas, {row['router']}" if replicas > 1 else "")
-
-
-def repeated_runs(store: RunStore, prefix: str) -> list[dict]:
-    """The good runs under `store` (results/continuous-repeats) whose id starts with `prefix`."""
-    if not store.rows_path.exists():
-        return []
-    return [r for r in store.rows() if r.get("status") == "ok" and r["run_id"].startswith(prefix)]
 
 
 def simulated_capacity(trace_path: Path, row: dict, slos: list[str], costs: list[str]) -> list[dict]:
@@ -104,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
         return 1
     if args.repeats:  # the same window served again, on other cards too
-        stores["continuous-repeats"] = RunStore(args.results / "continuous-repeats")
-        rows += [dict(r, store="continuous-repeats") for r in repeated_runs(stores["continuous-repeats"], args.prefix)]
+        stores[REPEATS] = RunStore(args.results / REPEATS)
+        rows += [dict(r, store=REPEATS) for r in repeat_rows(args.results) if r["run_id"].startswith(args.prefix)]
     by_setup = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r.get("replicas") or 1, setup(r), r["git_commit"], float(r["rate_scale"]))):
         by_setup[setup(row)].append(row)

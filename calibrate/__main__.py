@@ -97,7 +97,8 @@ def sweep_main(argv: list[str]) -> int:
         return 2
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    run_id = f"sweep-{stamp}" if args.grid == "default" else f"sweep-mixtures-{stamp}"
+    kind = "sweep" if args.grid == "default" else "sweep-mixtures"  # (fit reads the kind "sweep" alone)
+    run_id = f"{kind}-{stamp}"
     print(f"{len(shapes)} shapes x ({args.repeats} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")
     wall = time.perf_counter()
@@ -106,8 +107,7 @@ def sweep_main(argv: list[str]) -> int:
                            progress=lambda i, n: bar.update(i - bar.n), launch=args.launch)
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
-    row = {"run_id": run_id, "engine": "continuous", "kind": "sweep" if args.grid == "default" else "sweep-mixtures",
-           "shapes": len(shapes), "repeats": args.repeats,
+    row = {"run_id": run_id, "engine": "continuous", "kind": kind, "shapes": len(shapes), "repeats": args.repeats,
            "passes": len(passes), "launch": args.launch, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],

@@ -129,15 +129,18 @@ def mixture_shapes(max_batch: int = 256, max_context: int = 16384, seed: int = 0
     has few spread batches there (`--grid mixtures`; not the calibration's grid)."""
     rng = random.Random(seed)
     top = min(8000, max_context)
-    designs = {
-        "tail": lambda b: [int(min(max(rng.lognormvariate(math.log(top / 8), 0.7), 16), top)) for _ in range(b)],
-        "wide": lambda b: [int(min(max(rng.lognormvariate(math.log(top / 8), 1.0), 16), top)) for _ in range(b)],
-        "loguniform": lambda b: log_contexts(rng, b, 16, top),
-        "bimodal50": lambda b: [rng.randint(16, max(16, top // 13)) if i < b // 2 else rng.randint(top // 2, top // 2 + top // 32)
-                                for i in range(b)],
-        "bimodal25": lambda b: [rng.randint(16, max(16, top // 13)) if i < b // 4 else rng.randint(top // 2, top // 2 + top // 32)
-                                for i in range(b)],
-    }
+
+    def lognormal(b: int, sigma: float) -> list[int]:
+        return [int(min(max(rng.lognormvariate(math.log(top / 8), sigma), 16), top)) for _ in range(b)]
+
+    def bimodal(b: int, short: int) -> list[int]:
+        """`short` contexts of 16 to top/13 positions, the rest of top/2 to top/2 + top/32."""
+        return [rng.randint(16, max(16, top // 13)) if i < short else rng.randint(top // 2, top // 2 + top // 32)
+                for i in range(b)]
+
+    designs = {"tail": lambda b: lognormal(b, 0.7), "wide": lambda b: lognormal(b, 1.0),
+               "loguniform": lambda b: log_contexts(rng, b, 16, top),
+               "bimodal50": lambda b: bimodal(b, b // 2), "bimodal25": lambda b: bimodal(b, b // 4)}
     shapes = []
     for b in MIXTURE_BATCHES:
         if b > max_batch:
