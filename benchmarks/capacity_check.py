@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"{caps[args.cost]['fails_at']}" + "".join(
                            f"; passes x{c.rpartition('*')[2]}: {caps[c]['max_rate_scale']}, {caps[c]['fails_at']}"
                            for c in costs[1:]))
-        for commit in sorted(set(met) | set(failed), key=lambda c: min(met[c] + failed[c])):
+        for commit in sorted(set(met) | set(failed), key=lambda c: (min(met[c] + failed[c]), c)):
             summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else
                                                          "meets at none of its scales")
                            + (f", fails from {min(failed[commit]):g}" if failed[commit] else ", fails at none"))
