@@ -50,6 +50,7 @@ sequences):
     waves   = full * max(lat, C * blocks * block_bytes / kv_gbs)
               + lat + tail * rest * blocks * block_bytes / kv_gbs    (if rest > 0)
     decode_attention = max(waves, (blocks(Lm) + 1) * block_s) + live(Lm) * merge_s + P * program_s
+                       + max(0, B - spread_from) * (live(Lm) - live(Lbar)) * spread_s
 
 a full wave lasts as long as its longest program's walk or its programs' reads at the KV
 bandwidth, whichever is longer (block_bytes: one KV head's K and V of block_n positions over
@@ -58,8 +59,14 @@ times their time at the bandwidth: neither bound alone holds there (the sweep at
 programs past a full wave of 2,048-position slices add 0.6 ms, a walk; 496 add 1.6 ms, a walk and
 about three quarters of their reads' time; a fitted `max` of the two missed the partial waves by
 up to 10%). The longest context's slice can outlast the waves; its live slices are merged by the
-last. `block_s`, `merge_s`, `program_s`, `kv_gbs` and `tail` have a value for small batches (the
-first slicing) and one for batches that fill the GPU.
+last. The grid launches slice by slice (every row's slice 0, then every row's slice 1, ...), so
+the longest context's last slices start only once the launches of every row's earlier slices
+have gone by: a batch of spread contexts pays for the rows it launches beyond its mean's live
+slices (`spread_s` a row and slice, past the first `spread_from` rows; fitted apart, on decode
+batches of spread contexts beside their twins of one context, by `python -m calibrate fit
+--spread`: `calibrate.mixtures`; 0, the term off, in a file without them, as in the committed
+H200 calibration: ../results/calibration/README.md says why). `block_s`, `merge_s`, `program_s`, `kv_gbs`, `tail` and `spread_s` have a value
+for small batches (the first slicing) and one for batches that fill the GPU.
 
 Chunk attention (`chunk_waves`), prefill and mixed passes: the kernel's programs are tiles of
 `tile_tokens` query tokens of one sequence and one KV head, sequence i has t_i = ceil(n_i /
@@ -112,10 +119,11 @@ ALWAYS = 1 << 62
 # times at most MAX_ARRIVAL_S (1e8 s), a rate 0 (its term off) or at least MIN_RATE per second.
 MIN_RATE = 1e-6
 UNITS = {"fixed_s": "s", "graph_s": "s", "eager_s": "s", "per_seq_s": "s", "serial_s_per_token": "s", "block_s": "s",
-         "merge_s": "s", "program_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s", "matmul_tflops": "TFLOP/s",
+         "merge_s": "s", "program_s": "s", "spread_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s",
+         "matmul_tflops": "TFLOP/s",
          "shared": "x", "tail": "x"}
 DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
-DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail")
+DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail", "spread_s")
 PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
 RANGE = ("pass_tokens", "decode_batch", "context")  # the sweep's largest shapes (`calibrate.fit.sweep_range`)
@@ -169,6 +177,7 @@ class CalibratedCost:
             raise ValueError(f"{source}: parameters.decode.graph_s must map decode buckets to seconds")
         self.graph_s = {self._whole(k, "parameters.decode.graph_s"): self._number(v, f"decode.graph_s.{k}")
                         for k, v in graph.items()}
+        self.spread_from = self._number(p["decode"].get("spread_from", 0.0), "decode.spread_from")
         self.pp = self._values(p, "prefill", PREFILL)
         # optional: the largest shapes the sweep timed; passes priced beyond them are counted
         self.range = {k: self._whole(v, f"range.{k}") for k, v in (d.get("range") or {}).items() if k in RANGE}
@@ -241,28 +250,39 @@ class CalibratedCost:
 
     def decode_shape(self, S: int, context_sum: int, context_max: int) -> tuple:
         """A decode pass's attention, as the module docstring says: (padded batch B, big, programs P
-        in full slices' worth, blocks a full slice walks, the longest slice's blocks, slices merged)."""
+        in full slices' worth, blocks a full slice walks, the longest slice's blocks, slices merged,
+        the grid's rows past `spread_from` times the longest's live slices beyond the mean's)."""
         B = bucket(S, self.buckets)
         big = B * self.kv_heads >= self.fills_gpu
         mean, longest = -(-context_sum // S) + 1, context_max + 1
-        _, work, _, blk = self.slice_of(mean, big)
+        _, work, live_b, blk = self.slice_of(mean, big)
         _, _, live_m, crit = self.slice_of(longest, big)
-        return B, big, self.kv_heads * S * work, blk, crit, live_m
+        return B, big, self.kv_heads * S * work, blk, crit, live_m, self.spread_rows(B) * (live_m - live_b)
 
-    def decode_attention(self, big: bool, P: float, blk: float, crit: float, merges: float) -> float:
-        return _attention(self._attention_parts(big, P, blk, crit, merges))
+    def spread_slices(self, S: int, context_sum: int, context_max: int) -> float:
+        """live(Lm) - live(Lbar) of a decode pass (`decode_shape`): the spread term's slices."""
+        big = bucket(S, self.buckets) * self.kv_heads >= self.fills_gpu
+        return self.slice_of(context_max + 1, big)[2] - self.slice_of(-(-context_sum // S) + 1, big)[2]
 
-    def _attention_parts(self, big: bool, P: float, blk: float, crit: float, merges: float) -> tuple:
+    def spread_rows(self, B: int) -> float:
+        """The rows of a decode grid of padded batch B whose slices delay the longest sequence's last
+        ones (module docstring): those past `spread_from`."""
+        return B - self.spread_from if B > self.spread_from else 0.0
+
+    def decode_attention(self, big: bool, P: float, blk: float, crit: float, merges: float, spread: float) -> float:
+        return _attention(self._attention_parts(big, P, blk, crit, merges, spread))
+
+    def _attention_parts(self, big: bool, P: float, blk: float, crit: float, merges: float, spread: float) -> tuple:
         """decode_attention's pieces: full waves, a wave's latency, a full wave's read, the last
         wave's read (at `tail` times the bandwidth's time), its programs, the longest slice's
-        latency, the merges' and programs' time."""
+        latency, the merges', programs' and spread's time."""
         rates = self.pd_rates[big]
         tb, C = rates["block_s"], self.decode_wave
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0  # a block's read
         full = math.floor(P / C)
         rest = P - full * C
         return (full, (blk + 1) * tb, C * blk * rb, rates["tail"] * rest * blk * rb, rest, (crit + 1) * tb,
-                merges * rates["merge_s"] + P * rates["program_s"])
+                merges * rates["merge_s"] + P * rates["program_s"] + spread * rates["spread_s"])
 
     def chunk_waves(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> tuple:
         """A prefill or mixed pass's chunk attention, as the module docstring says: (programs P,
@@ -391,11 +411,12 @@ class CalibratedCost:
         half, kvS, C = bn / 2, self.kv_heads * S, self.decode_wave
         rates = self.pd_rates[big]
         tb, merge_s, program_s, tail = rates["block_s"], rates["merge_s"], rates["program_s"], rates["tail"]
+        spread_s = self.spread_rows(B) * rates["spread_s"]
         rb = self.block_bytes / (rates["kv_gbs"] * 1e9) if rates["kv_gbs"] else 0.0
         graph = self.graph_time(B)
 
         def at(x: int, y: int) -> tuple:
-            work, live = x / sl, y / slm + 0.5
+            work, live, live_b = x / sl, y / slm + 0.5, x / sl + 0.5
             P = kvS * (work if work > 1.0 else 1.0)
             blk = (sl if sl < x + half else x + half) / bn
             crit_t = ((slm if slm < y + half else y + half) / bn + 1) * tb
@@ -403,8 +424,9 @@ class CalibratedCost:
             rest = P - full * C
             lat, read_full = (blk + 1) * tb, C * blk * rb
             waves = full * (lat if lat > read_full else read_full) + (lat + tail * rest * blk * rb if rest > 0 else 0.0)
-            return (graph + (waves if waves > crit_t else crit_t) + (live if live > 1.0 else 1.0) * merge_s
-                    + P * program_s, P, full, lat - read_full, rest, waves - crit_t)
+            live, live_b = (live if live > 1.0 else 1.0), (live_b if live_b > 1.0 else 1.0)
+            return (graph + (waves if waves > crit_t else crit_t) + live * merge_s + P * program_s
+                    + (live - live_b) * spread_s, P, full, lat - read_full, rest, waves - crit_t)
 
         a, P0, full0, d10, rest0, d30 = at(mean, L)
         f1, P1, full1, d11, rest1, d31 = at(mean + 1, L + 1)
@@ -435,9 +457,9 @@ class CalibratedCost:
         (projections, chunk attention's blocks) by their arithmetic rates, each decode graph's
         time (and batch 1's fixed time, which is mostly the weights' read) by the ratio of the
         roofline's time for its batch on the two cards; the other fixed costs (per program, per
-        sequence) and the waves' shape (the measured card's SMs) stay. A projection, not a
-        measurement: `calibrate fit` reports how far the roofline alone is from the measured
-        card, the size of error to expect."""
+        sequence, per grid row and slice launched) and the waves' shape (the measured card's SMs)
+        stay. A projection, not a measurement: `calibrate fit` reports how far the roofline alone
+        is from the measured card, the size of error to expect."""
         bw, fl = gpu.bandwidth_gbs / measured_on.bandwidth_gbs, gpu.fp16_tflops / measured_on.fp16_tflops
 
         def roof(m: int, spec: GPUSpec) -> float:

@@ -34,6 +34,14 @@ def calibration(**changes):
     return d
 
 
+def with_spread(d: dict, small: float = 3e-8, big: float = 1.5e-7, start: int = 16) -> dict:
+    """A calibration with decode attention's spread term on."""
+    d = json.loads(json.dumps(d))
+    decode = d["parameters"]["decode"]
+    decode["small"]["spread_s"], decode["big"]["spread_s"], decode["spread_from"] = small, big, start
+    return d
+
+
 def test_roofline_decode_is_memory_bound_and_a_long_prefill_compute_bound():
     cost = RooflineCost(MODEL, H200, overhead_s=3e-4)
     decode = cost.pass_time([1], [1000])
@@ -50,6 +58,9 @@ def test_roofline_decode_is_memory_bound_and_a_long_prefill_compute_bound():
     CalibratedCost(calibration()),
     CalibratedCost(calibration(decode_attention={"kv_heads": 2, "fills_gpu": 64, "block_n": 16, "small": [8, 32],
                                                  "big": [4, 256]})),
+    CalibratedCost(with_spread(calibration())),
+    CalibratedCost(with_spread(calibration(decode_attention={"kv_heads": 2, "fills_gpu": 64, "block_n": 16,
+                                                             "small": [8, 32], "big": [4, 256]}), start=0)),
     ConstantCost(0.01), TableCost({1: 0.001, 64: 0.002, 256: 0.004}),
 ])
 def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
@@ -74,6 +85,21 @@ def test_the_calibrated_decode_line_runs_to_its_next_kink():
         a, slope, valid = cost.decode_line(b, int(ctx.sum()), int(ctx.max()))
         assert valid >= 300, (b, context, valid)
         assert a + slope * (valid - 1) == pytest.approx(cost.pass_time([1] * b, (ctx + valid - 1).tolist()), rel=1e-12)
+
+
+def test_a_batch_of_spread_contexts_pays_for_the_rows_launched_past_the_mean_slices():
+    """spread_s * max(0, B - spread_from) * (live(Lm) - live(Lbar)) on top of the form without it:
+    nothing for one context, nothing for batches within spread_from rows, by the padded batch."""
+    plain, spread = CalibratedCost(calibration()), CalibratedCost(with_spread(calibration(), small=3e-8, start=16))
+    for S, ctx in ((8, [300] * 8), (24, [1500] * 24)):
+        assert spread.pass_time([1] * S, ctx) == plain.pass_time([1] * S, ctx)  # one context: no term
+    ctx = [100] * 7 + [5000]
+    assert spread.pass_time([1] * 8, ctx) == plain.pass_time([1] * 8, ctx)  # 8 rows: within spread_from
+    ctx = [100] * 23 + [5000]  # 24 rows, 8 past spread_from; slices of 128 positions (small batches)
+    live = lambda L: max(1.0, L / 128 + 0.5)  # noqa: E731
+    extra = 3e-8 * (24 - 16) * (live(5001) - live(-(-sum(ctx) // 24) + 1))
+    assert spread.pass_time([1] * 24, ctx) - plain.pass_time([1] * 24, ctx) == pytest.approx(extra, rel=1e-9)
+    assert spread.pass_time([1] * 20, ctx[-20:]) > plain.pass_time([1] * 20, ctx[-20:])  # 20 sequences: padded to 24
 
 
 def test_a_calibration_file_is_read_and_applied(tmp_path):
