@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -20,29 +19,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from calibrate.mixtures import pairs, shape_medians  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
-
-
-def shape_medians(passes) -> dict[tuple, float]:
-    """(sequences, contexts) -> the median time of that shape's timed passes."""
-    times = defaultdict(list)
-    for p in passes:
-        if p.kind == "decode":
-            times[(len(p.new_tokens), tuple(p.context_lens))].append(p.duration_s)
-    return {k: float(np.median(v)) for k, v in times.items()}
-
-
-def pairs(medians: dict[tuple, float]) -> dict[int, list[tuple]]:
-    """Per batch size, (spread contexts, its time, its twin's contexts, the twin's time): a twin is
-    the batch of one context equal to the spread batch's rounded mean."""
-    out = defaultdict(list)
-    for (S, ctx), t in medians.items():
-        if len(set(ctx)) > 1:
-            twin = (S, (round(sum(ctx) / S),) * S)
-            if twin in medians:
-                out[S].append((ctx, t, twin[1], medians[twin]))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,11 +186,12 @@ def heat_main(argv: list[str]) -> int:
 
 
 def fit_main(argv: list[str]) -> int:
-    from calibrate.fit import (constants, error_table, fit_params, format_errors, format_params, group_of, held_out,
-                               mape, roofline_prior_error, skeleton, sweep_range, waves_of)
+    from calibrate.fit import (NO_SPREAD, constants, error_table, fit_params, format_errors, format_params, group_of,
+                               held_out, mape, roofline_prior_error, skeleton, sweep_range, waves_of)
     import numpy as np
 
     from calibrate.heat import fit_response, fit_with_heat, repeat_scatter, rested_scatter
+    from calibrate.mixtures import fit_spread, mixture_pairs, pair_miss
     from calibrate.replay import replay_runs
     from sim.heat import factors
     from sim.calibrated import CalibratedCost
@@ -204,6 +205,10 @@ def fit_main(argv: list[str]) -> int:
     p.add_argument("--model", default=None, help="refuse a sweep of another model than this one")
     p.add_argument("--gpu", default=None, help="refuse a sweep on another GPU than this preset (e.g. h200)")
     p.add_argument("--no-charts", action="store_true", help="skip the residual charts")
+    p.add_argument("--spread", action="store_true",
+                   help="fit decode attention's spread term (sim.calibrated) on the pairs of the `calibrate sweep "
+                        "--grid mixtures` runs of this GPU and model under RESULTS/calibration-mixtures (an error if "
+                        "there are none); without it the term is 0")
     try:
         args = p.parse_args(argv)
         results = Path(args.results)
@@ -237,8 +242,10 @@ def fit_main(argv: list[str]) -> int:
         split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
 
+        spread = NO_SPREAD  # decode attention's spread term: fitted on the mixtures' pairs, if any, below
+
         def fit(qs):
-            return fit_params(qs, c, shape)
+            return fit_params(qs, c, shape, spread)
 
         def predict_all(params, qs):
             return CalibratedCost(base | {"parameters": params}).predict_all(qs)
@@ -253,6 +260,14 @@ def fit_main(argv: list[str]) -> int:
             heat_run = heat_rows[-1]
             heat_passes = store.passes(heat_run["run_id"])
             measured_heat, heat_errors = fit_response(heat_passes, heat_run["segments"])
+        mix, mix_runs = mixture_pairs(results, row["gpu"], row["model"]) if args.spread else ([], [])
+        if args.spread and not mix:
+            raise ValueError(f"--spread: no `calibrate sweep --grid mixtures` run of {row['model']} on {row['gpu']} "
+                             f"under {results / 'calibration-mixtures'}")
+        if mix:  # the spread term: on what the form fitted without it leaves of the pairs' differences
+            params, _ = fit_with_heat(passes, fit, predict_all, heat=measured_heat)
+            spread_from, spread_rates, _ = fit_spread(mix, CalibratedCost(base | {"parameters": params}))
+            spread = (spread_from, spread_rates)
         params_train, heat_train = fit_with_heat(train, fit, predict_all, heat=measured_heat)
         predicted_train = np.asarray(predict_all(params_train, passes)) * factors(passes, heat_train)
         errors = error_table(passes, predicted_train, split)
@@ -267,7 +282,7 @@ def fit_main(argv: list[str]) -> int:
     name = args.name or preset or "gpu"
     doc = base | {"fitted_on": len(passes), "in_sample_mape": in_sample, "parameters": params,
                   "heat": heat.as_dict(), "heat_fitted_on": heat_run["run_id"] if heat_run else row["run_id"],
-                  "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
+                  "spread_fitted_on": mix_runs, "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
                   "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
@@ -289,6 +304,9 @@ def fit_main(argv: list[str]) -> int:
     print("parameters (all passes):\n" + format_params(params))
     print("error of the fit on the other shapes (held-out) and on its own (fitted):\n" + format_errors(errors))
     print(f"in-sample MAPE of the final fit: {in_sample:.2%}")
+    print(f"decode attention's spread term: fitted on {len(mix)} pairs of a spread batch and its twin "
+          f"({', '.join(mix_runs)}); small batches' differences' RMS miss {pair_miss(mix, cost):.2%} of a batch's time"
+          if mix else "decode attention's spread term: 0 (--spread fits it)")
     print(f"after prompt work: decode up to {heat.decode:.1%} slower, prefill {heat.prefill:.1%}, rising over "
           f"{heat.rise_s * 1e3:.0f} ms of it, recovering over {heat.tau_s * 1e3:.0f} ms, full load at "
           f"{heat.full_tokens or 'any'} prompt tokens (sim.heat; fitted on "

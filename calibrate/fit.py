@@ -7,6 +7,9 @@ reads), and pays fixed costs; decode graphs' own times are a measured table per 
 Fitted with scipy on relative error (every pass counts by its relative miss, so short passes
 matter as much as long ones), with a soft_l1 loss so that a repeat far off its shape's others
 pulls less than its square, regime by regime (decode1, decode and prefill share no parameter).
+Decode attention's spread term, which the sweep's few batches of spread contexts cannot pin (fitted
+with the rest, it took the decode regime to another basin), is fitted apart on decode batches of
+spread contexts beside their twins (`calibrate.mixtures`, `calibrate fit --spread`) and held here.
 
 Error is measured on shapes the fit did not see (whole groups of shapes held out, never random
 rows): batch sizes between the graph buckets and one context length for decode, some chunk
@@ -103,6 +106,10 @@ def skeleton(meta: dict, c: dict, buckets: list[int], token_buckets: list[int], 
 
 
 DECODE_SHAPE = ("programs", "blocks", "crit", "merges")
+# decode attention's rates the least squares fits; `spread_s` is fitted apart, on the mixtures'
+# pairs (`calibrate.mixtures`), and given to `fit_params`
+FITTED_ATTENTION = tuple(k for k in DECODE_ATTENTION if k != "spread_s")
+NO_SPREAD = (0.0, {"small": 0.0, "big": 0.0})
 
 
 @dataclass
@@ -111,7 +118,8 @@ class Design:
     `CalibratedCost.decode_attention` (DECODE_SHAPE), for prefill those of `chunk_attention`
     (kv, programs, blocks: all programs' blocks, crit, waves); decode1's crit is its slice's
     positions, merges its live slices; `graph` each decode pass's index into `buckets`, the
-    decode buckets fitted."""
+    decode buckets fitted; `padded` its padded batch and `dlive` the longest's live slices beyond
+    the mean's (the spread term's)."""
 
     regime: np.ndarray   # 0 decode1, 1 decode, 2 prefill
     big: np.ndarray      # decode: the padded batch fills the GPU (the second slicing)
@@ -123,6 +131,8 @@ class Design:
     programs: np.ndarray
     blocks: np.ndarray
     merges: np.ndarray
+    padded: np.ndarray
+    dlive: np.ndarray
     waves: np.ndarray
     seqs: np.ndarray
     seconds: np.ndarray
@@ -149,7 +159,8 @@ class Design:
                 row.update(crit=blk * model.block_n, merges=live)
             elif r == "decode":
                 B, big, *shape = model.decode_shape(S, sum(ctx), max(ctx))
-                row.update(big=big, graph=fitted.index(B), **dict(zip(DECODE_SHAPE, shape)))
+                row.update(big=big, graph=fitted.index(B), **dict(zip(DECODE_SHAPE, shape)), padded=B,
+                           dlive=model.spread_slices(S, sum(ctx), max(ctx)))
             else:
                 P, work, crit, waves = model.chunk_waves(n, ctx)
                 m = bucket(sum(n), model.token_buckets)
@@ -160,21 +171,24 @@ class Design:
                       for k, v in cols.items()}, buckets=fitted)
 
 
-def unpack(theta: np.ndarray, buckets: list[int]) -> dict:
-    """Parameter vector (logs) -> the file's parameters."""
+def unpack(theta: np.ndarray, buckets: list[int], spread: tuple = NO_SPREAD) -> dict:
+    """Parameter vector (logs) -> the file's parameters; `spread`: (spread_from, {"small":
+    spread_s, "big": spread_s}), fitted apart."""
     v = iter(np.exp(theta).tolist())
+    start, rates = spread
     p = {"decode1": {k: next(v) for k in DECODE1},
-         "decode": {"small": {k: next(v) for k in DECODE_ATTENTION},
-                    "big": {k: next(v) for k in DECODE_ATTENTION}},
+         "decode": {"small": {**{k: next(v) for k in FITTED_ATTENTION}, "spread_s": rates["small"]},
+                    "big": {**{k: next(v) for k in FITTED_ATTENTION}, "spread_s": rates["big"]}},
          "prefill": {k: next(v) for k in PREFILL}}
     p["decode"]["graph_s"] = {str(b): next(v) for b in buckets}
+    p["decode"]["spread_from"] = start
     return p
 
 
 def layout(buckets: list[int]) -> list[tuple[int, str]]:
     """(regime, name) of each entry of the parameter vector, in `unpack`'s order (0 decode1, 1
     decode, 2 prefill: no parameter is shared between regimes)."""
-    return ([(0, k) for k in DECODE1] + [(1, k) for k in DECODE_ATTENTION] * 2
+    return ([(0, k) for k in DECODE1] + [(1, k) for k in FITTED_ATTENTION] * 2
             + [(2, k) for k in PREFILL] + [(1, "graph_s")] * len(buckets))
 
 
@@ -201,7 +215,8 @@ def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarr
         lat = (blk + 1) * tb
         waves = full * np.maximum(lat, C * blk * rb) + np.where(rest > 0, lat + rate["tail"] * rest * blk * rb, 0.0)
         attention = (np.maximum(waves, (f.crit[sel] + 1) * tb) + f.merges[sel] * rate["merge_s"]
-                     + P * rate["program_s"])
+                     + P * rate["program_s"]
+                     + np.maximum(0.0, f.padded[sel] - pd["spread_from"]) * f.dlive[sel] * rate["spread_s"])
         out[sel] = graph[f.graph[sel]] + attention
     sel = f.regime == 2
     if sel.any():
@@ -239,10 +254,11 @@ def check_coverage(passes: list[PassRecord]) -> None:
             raise ValueError(f"the {r} regime's terms cannot be told apart: the passes lack {need}")
 
 
-def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict:
+def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost, spread: tuple = NO_SPREAD) -> dict:
     """The parameters minimising the passes' relative error, robustly (soft_l1: a repeat far off
     its shape's others pulls less than its square), regime by regime (they share no parameter,
-    so each gets its own best of a few starts)."""
+    so each gets its own best of a few starts); decode attention's spread term is `spread`'s
+    (`unpack`), fitted apart (`calibrate.mixtures.fit_spread`)."""
     check_coverage(passes)
     f = Design.of(passes, model)
     owner = np.array([r for r, _ in layout(f.buckets)])
@@ -254,7 +270,7 @@ def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict
         def residuals(sub, part=part, idx=idx):
             full = theta.copy()
             full[idx] = sub
-            return predict(unpack(full, f.buckets), c, part, model) / part.seconds - 1.0
+            return predict(unpack(full, f.buckets, spread), c, part, model) / part.seconds - 1.0
 
         best = None
         for scale in (1.0, 0.3, 3.0):
@@ -263,7 +279,7 @@ def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost) -> dict
             if best is None or result.cost < best.cost:
                 best = result
         theta[idx] = best.x
-    return unpack(theta, f.buckets)
+    return unpack(theta, f.buckets, spread)
 
 
 @dataclass
@@ -311,7 +327,8 @@ def roofline_prior_error(passes: list[PassRecord], model: ModelConfig, gpu) -> l
     return out
 
 
-PER = {"block_s": "block", "merge_s": "slice merged", "program_s": "program"}
+PER = {"block_s": "block", "merge_s": "slice merged", "program_s": "program",
+       "spread_s": "row and slice the longest sequence's last waits for"}
 
 
 def _show(name: str, v: float) -> str:
@@ -337,7 +354,8 @@ def format_params(params: dict) -> str:
              f"  decode   graph {graph[sizes[0]] * 1e3:.3f} ms at batch {sizes[0]} .. {graph[sizes[-1]] * 1e3:.3f} ms at "
              f"{sizes[-1]}; small batches: "
              + ", ".join(_show(k, d["small"][k]) for k in DECODE_ATTENTION) + "; full: "
-             + ", ".join(_show(k, d["big"][k]) for k in DECODE_ATTENTION),
+             + ", ".join(_show(k, d["big"][k]) for k in DECODE_ATTENTION)
+             + f"; spread from {d.get('spread_from', 0.0):g} sequences",
              "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]
     return "\n".join(lines)
 

@@ -9,7 +9,8 @@ pytest.importorskip("torch", reason="calibrate sits above the engine (its sweep'
 
 from calibrate.__main__ import main, placeholder  # noqa: E402
 from calibrate.fit import Design, constants, error_table, fit_params, group_of, held_out, predict, skeleton  # noqa: E402
-from calibrate.sweep import default_shapes  # noqa: E402
+from calibrate.mixtures import fit_spread, pairs, shape_medians  # noqa: E402
+from calibrate.sweep import default_shapes, mixture_shapes  # noqa: E402
 from core.config import get_preset  # noqa: E402
 from core.records import PassRecord, pass_kind  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
@@ -18,7 +19,7 @@ from sim.cost import FORMAT, CalibratedCost, parse_cost  # noqa: E402
 MODEL = get_preset("qwen2.5-1.5b")
 BUCKETS = [1, 2, 4] + list(range(8, 513, 8))
 TOKEN_BUCKETS = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
-ATTENTION = {"kv_heads": 2, "fills_gpu": 128, "block_n": 64, "small": [64, 128], "big": [16, 1024]}
+ATTENTION = {"kv_heads": 2, "fills_gpu": 256, "block_n": 64, "small": [64, 128], "big": [16, 1024]}
 GRAPH = {str(b): 1.6e-3 + 3e-6 * b for b in BUCKETS}
 CHUNK = {"tile_tokens": 21}
 WAVES = {"sms": 132, "decode_programs_per_sm": 4, "prefill_programs_per_sm": 1}
@@ -112,11 +113,27 @@ def write_sweep(root, passes, **row):
 
 
 def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypatch):
+    """... with the spread term from a mixtures run of the same GPU and model (not another's): fitted
+    on what the form without it leaves of the pairs' differences (here all of the term)."""
+    truth = with_spread(TRUE)
     store = write_sweep(tmp_path, synthetic_passes(noise=0.005))
-    assert main(["fit", "--results", str(tmp_path), "--name", "h200"]) == 0
+    mixtures = RunStore(tmp_path / "calibration-mixtures")
+    meta = {"engine": "continuous", "kind": "sweep-mixtures", "model": MODEL.name, "gpu": "NVIDIA H200"}
+    mixtures.write_run("sweep-mixtures-x", mixture_passes(truth), [], meta | {"run_id": "sweep-mixtures-x"})
+    other = mixture_passes(with_spread(TRUE, {"small": 1e-6, "big": 0.0}))  # another card's: not read
+    mixtures.write_run("sweep-mixtures-y", other, [], meta | {"run_id": "sweep-mixtures-y", "gpu": "NVIDIA A10"})
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--spread"]) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and "matmul" in out and "TFLOP/s" in out and "the roofline alone" in out
+    assert "spread term: fitted on 50 pairs" in out
     doc = json.loads((store.root / "h200.json").read_text())
+    assert doc["spread_fitted_on"] == ["sweep-mixtures-x"]
+    decode = doc["parameters"]["decode"]
+    assert decode["spread_from"] == 24.0
+    # (the form the term is fitted against is itself fitted on passes scattered by 0.5%, which moves
+    # a pair's difference of a few percent of its time by a tenth or so of itself)
+    assert decode["small"]["spread_s"] == pytest.approx(SPREAD["small"], rel=0.2)
+    assert decode["big"]["spread_s"] == 0.0
     assert doc["format"] == FORMAT and doc["sweep"] == "sweep-x" and doc["engine_commit"] == "abc"
     assert {e["kind"] for e in doc["error"]} == {"decode", "prefill", "mixed"}
     assert (store.root / "h200-errors.csv").exists() and (store.root / "h200-residuals.png").stat().st_size > 1000
@@ -133,6 +150,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     ({}, ["--model", "tiny"], "timed 'qwen2.5-1.5b', not --model 'tiny'"),
     ({}, ["--gpu", "a10"], "ran on 'NVIDIA H200', not --gpu a10"),
     ({}, ["--sweep", "sweep-y"], "no such sweep"),
+    ({}, ["--spread"], "--spread: no `calibrate sweep --grid mixtures` run of qwen2.5-1.5b on NVIDIA H200"),
 ])
 def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys, row, args, message):
     write_sweep(tmp_path, synthetic_passes(), **row)
@@ -162,3 +180,37 @@ def test_a_sweep_on_the_cpu_times_every_shape(tmp_path):
     assert {p.kind for p in passes} == {"decode", "prefill", "mixed"}
     assert all(p.duration_s > 0 and p.mode == "eager" for p in passes)
     assert max(len(p.new_tokens) for p in passes if p.kind == "decode") == 3
+
+
+SPREAD = {"small": 4e-8, "big": 0.0}  # (fit_spread fits the small slicing's alone)
+
+
+def with_spread(params: dict, rates: dict = SPREAD, start: float = 24.0) -> dict:
+    params = json.loads(json.dumps(params))
+    params["decode"]["small"]["spread_s"], params["decode"]["big"]["spread_s"] = rates["small"], rates["big"]
+    params["decode"]["spread_from"] = start
+    return params
+
+
+def mixture_passes(params: dict, seed: int = 0) -> list[PassRecord]:
+    """The mixtures grid's spread batches and twins, timed by a known model, three times each."""
+    cost = CalibratedCost(BASE | {"parameters": params})
+    passes = []
+    for shape in mixture_shapes(256, 16384, seed=seed) * 3:
+        new, ctx = [n for _, n in shape.seqs], [c for c, _ in shape.seqs]
+        passes.append(PassRecord(run_id="sweep-mixtures-x", engine="continuous", step=len(passes), kind="decode",
+                                 new_tokens=new, context_lens=ctx, start_s=0.0, duration_s=cost.pass_time(new, ctx)))
+    return passes
+
+
+def test_the_spread_term_is_recovered_from_spread_batches_and_their_twins():
+    """fit_spread, against the model without the term, finds the term that timed the pairs."""
+    mix = [row for rows in pairs(shape_medians(mixture_passes(with_spread(TRUE)))).values() for row in rows]
+    assert len(mix) == 50  # 40 of the small slicing
+    start, rates, rms = fit_spread(mix, CalibratedCost(BASE | {"parameters": TRUE}))
+    assert start == 24.0 and rms < 1e-9
+    assert rates == pytest.approx(SPREAD, rel=1e-6)
+    start, rates, _ = fit_spread(mix, CalibratedCost(BASE | {"parameters": with_spread(TRUE, start=0.0)}))
+    assert start == 24.0 and rates == pytest.approx(SPREAD, rel=1e-6)  # the cost's own term is left out
+    with pytest.raises(ValueError, match="no pairs"):
+        fit_spread([], CalibratedCost(BASE | {"parameters": TRUE}))
