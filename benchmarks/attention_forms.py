@@ -8,7 +8,12 @@ to the kernel's time on served and designed mixtures of contexts, and to one con
   list-scheduled over R resident programs, each taking start + blocks * block (+ merge * slices for
   the last slice of a sequence cut in several), one past a sequence's end `dead`; the four times
   fitted for each R of a grid, apart for batches that fill the GPU and those that do not (the
-  kernel slices them differently).
+  kernel slices them differently);
+- `fluid`: the same programs in the same order over R resident, every running program walking its
+  blocks at an equal share of the KV bandwidth but no faster than one block per `block` (a
+  program's start counted as blocks of that pace), plus a fixed time: the kernel's makespan when
+  it is bandwidth-bound while many programs run and latency-bound in its tail; the bandwidth,
+  block, start and fixed time fitted for each R, apart for the two slicings.
 
     python benchmarks/attention_forms.py [FILE ...] [--resident 396,528]
 
@@ -30,11 +35,13 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.config import get_preset  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
 
 # the kernel's slicing as the calibration records it (`decode_attention`: KV heads, block_n, slices)
 COST, _ = parse_cost("calibrated:h200")
 BLOCK_N, KV_HEADS = COST.block_n, COST.kv_heads
+LAYERS = get_preset(COST.model).num_hidden_layers  # the timings are a layer's; COST.block_bytes every layer's
 
 
 def load(files: list[Path]) -> list[tuple[np.ndarray, float, str]]:
@@ -93,6 +100,26 @@ def makespan(progs, block: float, start: float, merge: float, dead: float, resid
     return end
 
 
+def fluid(progs, bandwidth: float, block: float, start: float, resident: int) -> float:
+    """The makespan of `progs` (blocks, merged) in launch order over `resident` slots, processor
+    sharing: n running programs each walk min(1 / block, bandwidth / n) blocks a microsecond; a
+    program's start costs start / block blocks; programs past a sequence's end are left out."""
+    work = [blocks + start / block for blocks, _ in progs if blocks]
+    done, clock, k, slots = 0.0, 0.0, 0, []  # done: blocks every running program has walked so far
+    while k < len(work) and len(slots) < resident:
+        heapq.heappush(slots, work[k])
+        k += 1
+    while slots:
+        pace = min(1.0 / block, bandwidth / len(slots))
+        end = heapq.heappop(slots)
+        clock += (end - done) / pace
+        done = end
+        if k < len(work):
+            heapq.heappush(slots, done + work[k])
+            k += 1
+    return clock
+
+
 def report(name: str, data, predicted: np.ndarray) -> None:
     rel = predicted / np.array([t for _, t, _ in data]) - 1
     groups = sorted({g for _, _, g in data})
@@ -140,6 +167,23 @@ def main(argv: list[str] | None = None) -> int:
             said.append(f"{'big' if regime else 'small'} batches: a block {np.exp(fit.x[0]):.3f}, a program's start "
                         f"{np.exp(fit.x[1]):.3f}, a merged slice {np.exp(fit.x[2]):.3f}, past the end {np.exp(fit.x[3]):.3f}")
         report(f"schedule over {R} resident (us; " + "; ".join(said) + ")", data, predicted)
+    for R in resident:
+        predicted, said = np.zeros(len(data)), []
+        for regime in (False, True):
+            idx = np.flatnonzero(big == regime)
+            if not len(idx):
+                continue
+
+            def residuals(theta, idx=idx, R=R):
+                bw, block, start, fixed = np.exp(theta)
+                return np.array([fluid(progs[i], bw, block, start, R) + fixed for i in idx]) / t[idx] - 1
+            fit = least_squares(residuals, np.log([140.0, 2.0, 1.5, 8.0]), max_nfev=200)
+            predicted[idx] = (residuals(fit.x) + 1) * t[idx]
+            bw, block, start, fixed = np.exp(fit.x)
+            said.append(f"{'big' if regime else 'small'} batches: {bw:.1f} blocks a us shared "
+                        f"({bw * COST.block_bytes / LAYERS / 1e6:.2f} TB/s), a block {block:.3f}, a program's start "
+                        f"{start:.3f}, fixed {fixed:.2f}")
+        report(f"fluid over {R} resident (us; " + "; ".join(said) + ")", data, predicted)
     return 0
 
 
