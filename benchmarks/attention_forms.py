@@ -15,10 +15,12 @@ to the kernel's time on served and designed mixtures of contexts, and to one con
   it is bandwidth-bound while many programs run and latency-bound in its tail; the bandwidth,
   block, start and fixed time fitted for each R, apart for the two slicings.
 
-    python benchmarks/attention_forms.py [FILE ...] [--resident 396,528]
+    python benchmarks/attention_forms.py [FILE ...] [--resident 396,528] [--held-out FILE ...]
+        [--slicing both|small|big] [--forms counts,schedule,fluid]
 
 (default: every attention-mixtures-*.json.gz under results/calibration-replays/; the schedule's fit
-takes about a minute and a half a resident count on two cores)
+takes about a minute and a half a resident count on two cores, the fluid's on batches that fill
+the GPU about fifteen seconds; `--held-out`: timings the forms are not fitted on, priced apart)
 """
 from __future__ import annotations
 
@@ -129,13 +131,53 @@ def report(name: str, data, predicted: np.ndarray) -> None:
         print(f"  {g:<40}{sel.sum():>5}  mean {np.mean(rel[sel]):+.1%}  MAPE {np.mean(np.abs(rel[sel])):.1%}")
 
 
+# the list-scheduled forms: (a program list's time for times theta over R resident, their start, what
+# they are, least squares' evaluations)
+TIMED = {
+    "schedule": (lambda progs, th, R: makespan(progs, *th, R), [2.0, 2.0, 0.5, 0.05],
+                 lambda th: f"a block {th[0]:.3f}, a program's start {th[1]:.3f}, a merged slice {th[2]:.3f}, "
+                            f"past the end {th[3]:.3f}", 60),
+    "fluid": (lambda progs, th, R: fluid(progs, *th[:3], R) + th[3], [140.0, 2.0, 1.5, 8.0],
+              lambda th: f"{th[0]:.1f} blocks a us shared ({th[0] * COST.block_bytes / LAYERS / 1e6:.2f} TB/s), "
+                         f"a block {th[1]:.3f}, a program's start {th[2]:.3f}, fixed {th[3]:.2f}", 200),
+}
+
+
+def fit_timed(form: str, data, R: int):
+    """`form`'s times fitted on `data` apart for the two slicings: (a predictor of a list of
+    timings' microseconds, what was fitted)."""
+    time, start, say, evaluations = TIMED[form]
+    t = np.array([x[1] for x in data])
+    progs = [programs(L) for L, _, _ in data]
+    big = np.array([fills(L) for L, _, _ in data])
+    thetas, said = {}, []
+    for regime in (False, True):  # the two slicings, each its own times (as the cost model's rates)
+        idx = np.flatnonzero(big == regime)
+        if not len(idx):
+            continue
+
+        def residuals(theta, idx=idx):
+            return np.array([time(progs[i], np.exp(theta), R) for i in idx]) / t[idx] - 1
+        thetas[regime] = np.exp(least_squares(residuals, np.log(start), max_nfev=evaluations).x)
+        said.append(f"{'big' if regime else 'small'} batches: {say(thetas[regime])}")
+
+    def predict(rows):
+        return np.array([time(programs(L), thetas[fills(L)], R) for L, _, _ in rows])
+    return predict, "; ".join(said)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--resident", default="396,528", help="resident programs to try for the schedule (default 396,528)")
+    ap.add_argument("--held-out", nargs="+", type=Path, default=[],
+                    help="timings the forms are not fitted on, reported apart")
+    ap.add_argument("--slicing", choices=("both", "small", "big"), default="both",
+                    help="only batches of this slicing (big: those that fill the GPU)")
+    ap.add_argument("--forms", default="counts,schedule,fluid", help="which forms (default all three)")
     args = ap.parse_args(argv)
     files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("attention-mixtures-*.json.gz"))
-    missing = [f for f in files if not f.is_file()]
+    missing = [f for f in files + args.held_out if not f.is_file()]
     if not files or missing:
         print(f"error: no attention-alone timings{' at ' + str(missing[0]) if missing else ''}", file=sys.stderr)
         return 2
@@ -144,46 +186,33 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --resident {args.resident!r}: whole numbers, comma-separated", file=sys.stderr)
         return 2
-    data = load(files)
-    t = np.array([x[1] for x in data])
-    F = np.array([counts(L) for L, _, _ in data])
-    coef = np.linalg.lstsq(F / t[:, None], np.ones(len(t)), rcond=None)[0]
-    print(f"{len(data)} timings from {', '.join(f.name for f in files)}")
-    report("counts (us: " + ", ".join(f"{n} {c:.4g}" for n, c in zip(("fixed", "a program", "a block", "a merged slice"), coef)) + ")",
-           data, F @ coef)
-    progs = [programs(L) for L, _, _ in data]
-    big = np.array([fills(L) for L, _, _ in data])
-    for R in resident:
-        predicted, said = np.zeros(len(data)), []
-        for regime in (False, True):  # the two slicings, each its own times (as the cost model's rates)
-            idx = np.flatnonzero(big == regime)
-            if not len(idx):
-                continue
+    forms = args.forms.split(",")
+    unknown = sorted(set(forms) - {"counts", *TIMED})
+    if unknown:
+        print(f"error: --forms: unknown {unknown}; known: counts, {', '.join(TIMED)}", file=sys.stderr)
+        return 2
+    keep = {"both": lambda L: True, "small": lambda L: not fills(L), "big": fills}[args.slicing]
+    data = [x for x in load(files) if keep(x[0])]
+    held = [x for x in load(args.held_out) if keep(x[0])]
+    print(f"{len(data)} timings from {', '.join(f.name for f in files)}"
+          + (f"; held out: {len(held)} from {', '.join(f.name for f in args.held_out)}" if held else ""))
 
-            def residuals(theta, idx=idx, R=R):
-                return np.array([makespan(progs[i], *np.exp(theta), R) for i in idx]) / t[idx] - 1
-            fit = least_squares(residuals, np.log([2.0, 2.0, 0.5, 0.05]), max_nfev=60)
-            predicted[idx] = (residuals(fit.x) + 1) * t[idx]
-            said.append(f"{'big' if regime else 'small'} batches: a block {np.exp(fit.x[0]):.3f}, a program's start "
-                        f"{np.exp(fit.x[1]):.3f}, a merged slice {np.exp(fit.x[2]):.3f}, past the end {np.exp(fit.x[3]):.3f}")
-        report(f"schedule over {R} resident (us; " + "; ".join(said) + ")", data, predicted)
-    for R in resident:
-        predicted, said = np.zeros(len(data)), []
-        for regime in (False, True):
-            idx = np.flatnonzero(big == regime)
-            if not len(idx):
-                continue
+    def show(name, predict):
+        report(name, data, predict(data))
+        if held:
+            report(f"{name}, held out", held, predict(held))
 
-            def residuals(theta, idx=idx, R=R):
-                bw, block, start, fixed = np.exp(theta)
-                return np.array([fluid(progs[i], bw, block, start, R) + fixed for i in idx]) / t[idx] - 1
-            fit = least_squares(residuals, np.log([140.0, 2.0, 1.5, 8.0]), max_nfev=200)
-            predicted[idx] = (residuals(fit.x) + 1) * t[idx]
-            bw, block, start, fixed = np.exp(fit.x)
-            said.append(f"{'big' if regime else 'small'} batches: {bw:.1f} blocks a us shared "
-                        f"({bw * COST.block_bytes / LAYERS / 1e6:.2f} TB/s), a block {block:.3f}, a program's start "
-                        f"{start:.3f}, fixed {fixed:.2f}")
-        report(f"fluid over {R} resident (us; " + "; ".join(said) + ")", data, predicted)
+    if "counts" in forms:
+        t = np.array([x[1] for x in data])
+        F = np.array([counts(L) for L, _, _ in data])
+        coef = np.linalg.lstsq(F / t[:, None], np.ones(len(t)), rcond=None)[0]
+        show("counts (us: " + ", ".join(f"{n} {c:.4g}" for n, c in zip(("fixed", "a program", "a block",
+                                                                       "a merged slice"), coef)) + ")",
+             lambda rows: np.array([counts(L) for L, _, _ in rows]) @ coef)
+    for form in (f for f in TIMED if f in forms):
+        for R in resident:
+            predict, said = fit_timed(form, data, R)
+            show(f"{form} over {R} resident (us; {said})", predict)
     return 0
 
 
