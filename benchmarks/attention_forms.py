@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.config import get_preset  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
+from sim.schedule import makespan as makespan_shared  # noqa: E402
 
 # the kernel's slicing as the calibration records it (`decode_attention`: KV heads, block_n, slices)
 COST, _ = parse_cost("calibrated:h200")
@@ -113,43 +114,7 @@ def fluid(progs, bandwidth: float, block: float, start: float, resident: int) ->
                 runs[-1][1] += 1
             else:
                 runs.append([blocks, 1])
-    return fluid_runs(runs, bandwidth, block, start, resident)
-
-
-def fluid_runs(runs, bandwidth: float, block: float, start: float, resident: int) -> float:
-    """`fluid` of programs given as runs (blocks, how many) in launch order. Exact, and quick for
-    thousands of programs: a run's programs launch together, and the slots hold how many programs
-    end at each point of the walk."""
-    queue = [[blocks + start / block, count] for blocks, count in runs]
-    ends: dict[float, int] = {}  # blocks walked by every running program when these end -> how many
-    heap: list[float] = []
-    k = running = 0
-    done = clock = 0.0
-
-    def launch(free: int) -> None:
-        nonlocal k, running
-        while free and k < len(queue):
-            work, count = queue[k]
-            take = min(count, free)
-            end = done + work
-            if end not in ends:
-                heapq.heappush(heap, end)
-            ends[end] = ends.get(end, 0) + take
-            running, free = running + take, free - take
-            if take == count:
-                k += 1
-            else:
-                queue[k][1] = count - take
-
-    launch(resident)
-    while heap:
-        end = heapq.heappop(heap)
-        clock += (end - done) / min(1.0 / block, bandwidth / running)
-        done = end
-        ended = ends.pop(end)
-        running -= ended
-        launch(ended)
-    return clock
+    return makespan_shared(runs, bandwidth, block, start, resident)
 
 
 def report(name: str, data, predicted: np.ndarray) -> None:

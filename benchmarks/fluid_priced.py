@@ -25,33 +25,21 @@ from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from attention_forms import fluid_runs  # noqa: E402
 from calibrate.replay import engine_runs  # noqa: E402
 from core.config import get_preset  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.cost import bucket, parse_cost  # noqa: E402
 from sim.heat import factors  # noqa: E402
+from sim.schedule import makespan, program_runs  # noqa: E402
 
 RESIDENT = 528  # 4 programs on each of the H200's 132 SMs
 
 
-def runs_of(cost, contexts) -> list[tuple[float, int]]:
-    """The kernel's programs of a decode pass that fills the GPU (the big slicing, by its padded
-    batch), in launch order (slice, KV head, sequence) as runs of (blocks, how many); programs
-    past a sequence's end left out."""
-    L = np.asarray(contexts) + 1
-    sl = np.array([cost.slice_of(int(n), True)[0] for n in L])
-    live = -(-L // sl)
-    out: list[tuple[float, int]] = []
-    for s in range(int(live.max())):
-        blocks = np.ceil(np.minimum(sl, L - s * sl)[live > s] / cost.block_n)
-        cuts = np.flatnonzero(np.diff(blocks)) + 1
-        starts = np.concatenate(([0], cuts))
-        row = list(zip(blocks[starts].tolist(), np.diff(np.append(starts, len(blocks))).tolist()))
-        out.extend(row * cost.kv_heads)
-    return out
+def runs_of(cost, contexts) -> list[tuple[int, int]]:
+    """The kernel's programs of a decode pass that fills the GPU (the big slicing), in launch order
+    as runs of (blocks, how many) (`sim.schedule.program_runs`)."""
+    return program_runs([c + 1 for c in contexts], lambda n: cost.slice_of(n, True)[0], cost.block_n, cost.kv_heads)
 
 
 def fills(cost, p) -> bool:
@@ -77,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def attention(theta, runs=runs):
         bw, block, start = np.exp(theta)
-        return np.array([layers * fluid_runs(r, bw, block, start, RESIDENT) * 1e-6 for r in runs])
+        return np.array([layers * makespan(r, bw, block, start, RESIDENT) * 1e-6 for r in runs])
 
     def graphs(A):
         return {b: float(np.median((rested - A)[B == b])) for b in set(B.tolist())}
@@ -119,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         for p, f in zip(passes, factors(passes, cost.heat)):
             if fills(cost, p):
                 b = bucket(len(p.new_tokens), cost.buckets)
-                A = layers * fluid_runs(runs_of(cost, p.context_lens), bw, block, start, RESIDENT) * 1e-6
+                A = layers * makespan(runs_of(cost, p.context_lens), bw, block, start, RESIDENT) * 1e-6
                 totals[group] += (1, p.duration_s, cost.pass_time(p.new_tokens, p.context_lens) * f, (graph(b) + A) * f)
     print("open runs' logged decode passes of batches that fill the GPU, priced with heat / logged - 1:")
     print(f"  {'':<24}{'passes':>7}{'the cost model':>16}{'schedule':>10}")

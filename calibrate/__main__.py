@@ -186,8 +186,9 @@ def heat_main(argv: list[str]) -> int:
 
 
 def fit_main(argv: list[str]) -> int:
-    from calibrate.fit import (NO_SPREAD, constants, error_table, fit_params, format_errors, format_params, group_of,
-                               held_out, mape, roofline_prior_error, skeleton, sweep_range, waves_of)
+    from calibrate.fit import (NO_SPREAD, constants, error_table, fit_params, fit_schedule, format_errors,
+                               format_params, group_of, held_out, mape, roofline_prior_error, skeleton, sweep_range,
+                               waves_of)
     import numpy as np
 
     from calibrate.heat import fit_response, fit_with_heat, repeat_scatter, rested_scatter
@@ -209,6 +210,10 @@ def fit_main(argv: list[str]) -> int:
                    help="fit decode attention's spread term (sim.calibrated) on the pairs of the `calibrate sweep "
                         "--grid mixtures` runs of this GPU and model under RESULTS/calibration-mixtures (an error if "
                         "there are none); without it the term is 0")
+    p.add_argument("--schedule", action="store_true",
+                   help="price decode attention of batches that fill the GPU by its programs' schedule "
+                        "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
+                        "instead of the form's waves")
     try:
         args = p.parse_args(argv)
         results = Path(args.results)
@@ -245,7 +250,8 @@ def fit_main(argv: list[str]) -> int:
         spread = NO_SPREAD  # decode attention's spread term: fitted on the mixtures' pairs, if any, below
 
         def fit(qs):
-            return fit_params(qs, c, shape, spread)
+            params = fit_params(qs, c, shape, spread)
+            return fit_schedule(qs, params, shape) if args.schedule else params
 
         def predict_all(params, qs):
             return CalibratedCost(base | {"parameters": params}).predict_all(qs)

@@ -17,6 +17,7 @@ sizes and contexts for prefill, one chunk size for mixed passes.
 """
 from __future__ import annotations
 
+import copy
 import math
 import zlib
 from dataclasses import dataclass
@@ -26,8 +27,10 @@ from scipy.optimize import least_squares
 
 from core.config import ModelConfig
 from core.records import PassRecord
-from sim.calibrated import DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, UNITS, CalibratedCost, bucket, regime
+from sim.calibrated import (DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, SCHEDULE, UNITS, CalibratedCost, bucket,
+                            regime)
 from sim.cost import RooflineCost
+from sim.schedule import makespan, program_runs
 
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
          "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3,
@@ -355,7 +358,10 @@ def format_params(params: dict) -> str:
              f"{sizes[-1]}; small batches: "
              + ", ".join(_show(k, d["small"][k]) for k in DECODE_ATTENTION) + "; full: "
              + ", ".join(_show(k, d["big"][k]) for k in DECODE_ATTENTION)
-             + f"; spread from {d.get('spread_from', 0.0):g} sequences",
+             + f"; spread from {d.get('spread_from', 0.0):g} sequences"
+             + (f"; full batches' attention as scheduled (sim.schedule): shared {d['schedule']['kv_gbs']:,.0f} GB/s, "
+                f"a block alone {d['schedule']['block_s'] * 1e6:.1f} us, a start {d['schedule']['start_s'] * 1e6:.1f} us"
+                if d.get("schedule") else ""),
              "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]
     return "\n".join(lines)
 
@@ -371,3 +377,42 @@ def format_errors(rows: list[ErrorRow]) -> str:
 def mape(predicted, measured) -> float:
     predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
     return float(np.mean(np.abs(predicted / measured - 1))) if len(measured) else math.nan
+
+
+SCHEDULE_START = {"kv_gbs": 4800.0, "block_s": 7e-5, "start_s": 4e-5}  # a pass's (every layer's), H200-like
+
+
+def fit_schedule(passes: list[PassRecord], params: dict, model: CalibratedCost) -> dict:
+    """`params` with decode attention of batches that fill the GPU priced by its programs'
+    schedule (`sim.schedule`, `CalibratedCost.scheduled_attention`): its three rates fitted on
+    those decode passes of `passes` by least squares on relative error (soft_l1, as the rest), each
+    padded batch's graph time the median of what the schedule leaves of its passes."""
+    full = [p for p in passes if regime(p.new_tokens) == "decode" and model.scheduled(len(p.new_tokens))]
+    if len(full) < MIN_PASSES["decode"]:
+        raise ValueError(f"too few decode passes of batches that fill the GPU to fit their schedule ({len(full)}, "
+                         f"need {MIN_PASSES['decode']}): time batches of {model.fills_gpu // model.kv_heads} sequences "
+                         "and more")
+    B = np.array([bucket(len(p.new_tokens), model.buckets) for p in full])
+    seconds = np.array([p.duration_s for p in full])
+    runs = [program_runs([c + 1 for c in p.context_lens], lambda n: model.slice_of(n, True)[0], model.block_n,
+                         model.kv_heads) for p in full]
+
+    def attention(theta):
+        kv_gbs, block_s, start_s = np.exp(theta)
+        return np.array([makespan(r, kv_gbs * 1e9 / model.block_bytes, block_s, start_s, model.decode_wave)
+                         for r in runs])
+
+    def graphs(A):
+        return {b: float(np.median((seconds - A)[B == b])) for b in np.unique(B).tolist()}
+
+    def residuals(theta):
+        A = attention(theta)
+        g = graphs(A)
+        return (np.array([g[b] for b in B]) + A) / seconds - 1.0
+
+    fit = least_squares(residuals, np.log([SCHEDULE_START[k] for k in SCHEDULE]), loss="soft_l1",
+                        f_scale=ROBUST_SCALE, max_nfev=100, diff_step=1e-3)
+    out = copy.deepcopy(params)
+    out["decode"]["schedule"] = dict(zip(SCHEDULE, np.exp(fit.x).tolist()))
+    out["decode"]["graph_s"].update({str(b): t for b, t in graphs(attention(fit.x)).items()})
+    return out

@@ -65,8 +65,19 @@ have gone by: a batch of spread contexts pays for the rows it launches beyond it
 slices (`spread_s` a row and slice, past the first `spread_from` rows; fitted apart, on decode
 batches of spread contexts beside their twins of one context, by `python -m calibrate fit
 --spread`: `calibrate.mixtures`; 0, the term off, in a file without them, as in the committed
-H200 calibration: ../results/calibration/README.md says why). `block_s`, `merge_s`, `program_s`, `kv_gbs`, `tail` and `spread_s` have a value
-for small batches (the first slicing) and one for batches that fill the GPU.
+H200 calibration: ../results/calibration/README.md says why). `block_s`, `merge_s`, `program_s`,
+`kv_gbs`, `tail` and `spread_s` have a value for small batches (the first slicing) and one for
+batches that fill the GPU.
+
+A file may instead price the decode attention of batches that fill the GPU by its programs'
+schedule (`parameters.decode.schedule`: `kv_gbs`, `block_s`, `start_s`; `sim.schedule`): the big
+slicing's programs of every sequence, in launch order over `decode_wave` resident, sharing
+`kv_gbs`, each no faster than a block (every layer's) per `block_s`, a start costing `start_s`:
+
+    decode (B * kv_heads >= fills_gpu) = graph_s[B] + makespan(the pass's programs)
+
+priced pass by pass (its steps follow every sequence's blocks, so `decode_line` gives no line
+for such batches and the simulator steps them). `python -m calibrate fit --schedule` fits it.
 
 Chunk attention (`chunk_waves`), prefill and mixed passes: the kernel's programs are tiles of
 `tile_tokens` query tokens of one sequence and one KV head, sequence i has t_i = ceil(n_i /
@@ -107,6 +118,7 @@ from core.roofline import GPUSpec
 from sim.heat import Heat
 from sim.host import HostTime
 from sim.noise import Noise
+from sim.schedule import makespan, program_runs
 from traces.trace import MAX_ARRIVAL_S
 
 FORMAT = "llm-sim-cost/v5"
@@ -126,6 +138,7 @@ DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
 DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail", "spread_s")
 PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
+SCHEDULE = ("kv_gbs", "block_s", "start_s")  # decode attention of batches that fill the GPU, as scheduled
 RANGE = ("pass_tokens", "decode_batch", "context")  # the sweep's largest shapes (`calibrate.fit.sweep_range`)
 
 
@@ -178,6 +191,14 @@ class CalibratedCost:
         self.graph_s = {self._whole(k, "parameters.decode.graph_s"): self._number(v, f"decode.graph_s.{k}")
                         for k, v in graph.items()}
         self.spread_from = self._number(p["decode"].get("spread_from", 0.0), "decode.spread_from")
+        # optional: batches that fill the GPU priced by their programs' schedule (sim.schedule)
+        schedule = p["decode"].get("schedule")
+        if schedule is not None and not isinstance(schedule, dict):
+            raise ValueError(f"{source}: parameters.decode.schedule must be an object with {list(SCHEDULE)}")
+        self.schedule = {k: self._number(schedule.get(k, 0.0), f"decode.schedule.{k}") for k in SCHEDULE} \
+            if schedule is not None else None
+        if self.schedule and not (self.schedule["kv_gbs"] and self.schedule["block_s"]):
+            raise ValueError(f"{source}: parameters.decode.schedule needs kv_gbs and block_s above 0")
         self.pp = self._values(p, "prefill", PREFILL)
         # optional: the largest shapes the sweep timed; passes priced beyond them are counted
         self.range = {k: self._whole(v, f"range.{k}") for k, v in (d.get("range") or {}).items() if k in RANGE}
@@ -350,6 +371,8 @@ class CalibratedCost:
             longest = max(context_lens)
             self._beyond("decode_batch", S)
             self._beyond("context", longest + 1)
+            if self.schedule is not None and self.scheduled(S):
+                return self.graph_time(bucket(S, self.buckets)) + self.scheduled_attention(context_lens)
             return self._decode(S, sum(context_lens), longest)
         p = self.pp
         tokens = sum(new_tokens)
@@ -360,6 +383,19 @@ class CalibratedCost:
         projections = self._rate(m, self.flops_per_token, p["matmul_tflops"], 1e12)
         return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
                 + S * p["per_seq_s"] + (p["eager_s"] if self.eager(m) else 0.0))
+
+    def scheduled(self, S: int) -> bool:
+        """Whether a decode pass of S sequences fills the GPU (the big slicing), which a file with
+        "schedule" rates prices by its programs' schedule."""
+        return bucket(S, self.buckets) * self.kv_heads >= self.fills_gpu
+
+    def scheduled_attention(self, context_lens: Sequence[int]) -> float:
+        """Decode attention of a batch that fills the GPU as its programs run (`sim.schedule`): the
+        big slicing's slices, `decode_wave` resident, sharing `kv_gbs`."""
+        r = self.schedule
+        runs = program_runs([c + 1 for c in context_lens], lambda n: self.slice_of(n, True)[0], self.block_n,
+                            self.kv_heads)
+        return makespan(runs, r["kv_gbs"] * 1e9 / self.block_bytes, r["block_s"], r["start_s"], self.decode_wave)
 
     def eager(self, m: int) -> bool:
         """A prefill pass of m tokens (padded) runs without a CUDA graph: past the largest token bucket."""
@@ -378,14 +414,17 @@ class CalibratedCost:
         """pass_time of every PassRecord."""
         return [self.pass_time(p.new_tokens, p.context_lens) for p in passes]
 
-    def decode_line(self, batch_size: int, context_sum: int, context_max: int | None = None) -> tuple[float, float, int]:
+    def decode_line(self, batch_size: int, context_sum: int,
+                    context_max: int | None = None) -> tuple[float, float, int] | None:
         """Pass j of a run of decode passes (every context one longer each pass) takes a + b*j,
         for j < valid: every term is linear in the mean and the longest length between kinks of
         `slice_of` (`_region_end`: hundreds to thousands of positions apart), so the line runs
         to the first of that region's end, the next step of the full waves (P grows by
         kv_heads * S / sl a pass) and the next change of a max()'s argument (the crossing of
-        two lines), at most LINE_MAX passes."""
+        two lines), at most LINE_MAX passes. None for batches a file's "schedule" prices."""
         S = batch_size
+        if self.schedule is not None and self.scheduled(S):
+            return None  # priced by each pass's own programs (`scheduled_attention`): stepped pass by pass
         self._beyond("decode_batch", S)  # (the run's first pass: its contexts grow from there)
         self._beyond("context", (context_max if context_max is not None else context_sum // S) + 1)
         if S == 1:  # linear in its region
@@ -471,6 +510,8 @@ class CalibratedCost:
         out.pd_rates = {k: dict(v, kv_gbs=v["kv_gbs"] * bw, block_s=v["block_s"] / bw, merge_s=v["merge_s"] / bw)
                         for k, v in self.pd_rates.items()}
         out.graph_s = {b: t * roof(b, gpu) / roof(b, measured_on) for b, t in self.graph_s.items()}
+        if self.schedule is not None:
+            out.schedule = dict(self.schedule, kv_gbs=self.schedule["kv_gbs"] * bw, block_s=self.schedule["block_s"] / bw)
         out.pp = dict(self.pp, weight_gbs=self.pp["weight_gbs"] * bw, matmul_tflops=self.pp["matmul_tflops"] * fl,
                       block_s=self.pp["block_s"] / fl)
         out.gpu, out.free_gib, out.kv_blocks = f"{gpu.name} (projected from {self.gpu})", None, None

@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("torch", reason="calibrate sits above the engine (its sweep's grid is the engine's shapes)")
 
 from calibrate.__main__ import main, placeholder  # noqa: E402
-from calibrate.fit import Design, constants, error_table, fit_params, group_of, held_out, predict, skeleton  # noqa: E402
+from calibrate.fit import (Design, constants, error_table, fit_params, fit_schedule, group_of, held_out,  # noqa: E402
+                           predict, skeleton)
 from calibrate.mixtures import fit_spread, pairs, shape_medians  # noqa: E402
 from calibrate.sweep import default_shapes, mixture_shapes  # noqa: E402
 from core.config import get_preset  # noqa: E402
@@ -122,13 +123,14 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     mixtures.write_run("sweep-mixtures-x", mixture_passes(truth), [], meta | {"run_id": "sweep-mixtures-x"})
     other = mixture_passes(with_spread(TRUE, {"small": 1e-6, "big": 0.0}))  # another card's: not read
     mixtures.write_run("sweep-mixtures-y", other, [], meta | {"run_id": "sweep-mixtures-y", "gpu": "NVIDIA A10"})
-    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--spread"]) == 0
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--spread", "--schedule"]) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and "matmul" in out and "TFLOP/s" in out and "the roofline alone" in out
     assert "spread term: fitted on 50 pairs" in out
     doc = json.loads((store.root / "h200.json").read_text())
     assert doc["spread_fitted_on"] == ["sweep-mixtures-x"]
     decode = doc["parameters"]["decode"]
+    assert set(decode["schedule"]) == {"kv_gbs", "block_s", "start_s"} and "as scheduled (sim.schedule)" in out
     assert decode["spread_from"] == 24.0
     # (the form the term is fitted against is itself fitted on passes scattered by 0.5%, which moves
     # a pair's difference of a few percent of its time by a tenth or so of itself)
@@ -214,3 +216,19 @@ def test_the_spread_term_is_recovered_from_spread_batches_and_their_twins():
     assert start == 24.0 and rates == pytest.approx(SPREAD, rel=1e-6)  # the cost's own term is left out
     with pytest.raises(ValueError, match="no pairs"):
         fit_spread([], CalibratedCost(BASE | {"parameters": TRUE}))
+
+
+def test_the_schedule_of_full_batches_is_recovered_from_their_passes():
+    """fit_schedule finds the schedule's rates (and the graph times) that timed a sweep's decode
+    passes of batches that fill the GPU, and leaves the smaller ones to the form."""
+    truth = json.loads(json.dumps(TRUE))
+    truth["decode"]["schedule"] = {"kv_gbs": 4700.0, "block_s": 8e-5, "start_s": 1.4e-4}
+    passes = synthetic_passes(truth, repeats=1)
+    params = fit_schedule(passes, fit_params(passes, C, SHAPE), SHAPE)
+    assert params["decode"]["schedule"] == pytest.approx(truth["decode"]["schedule"], rel=0.01)
+    got = CalibratedCost(BASE | {"parameters": params}).predict_all(passes)
+    assert np.allclose(got, [p.duration_s for p in passes], rtol=1e-3)
+    full = [p for p in passes if p.kind == "decode" and SHAPE.scheduled(len(p.new_tokens))]
+    assert len(full) > 50
+    with pytest.raises(ValueError, match="too few decode passes of batches that fill the GPU"):
+        fit_schedule([p for p in passes if p not in full], params, SHAPE)

@@ -1,4 +1,5 @@
 """Fast-forwarding runs of decode passes gives the same records as stepping every pass."""
+import json
 import math
 
 import numpy as np
@@ -22,9 +23,10 @@ MODEL = get_preset("qwen2.5-1.5b")
 ROOFLINE = RooflineCost(MODEL, get_gpu("h200"))
 # a calibrated model whose padded graph buckets, regime changes and decode-attention slicing
 # (short slices, so the critical path changes often) cut decode runs into many lines
-CALIBRATED = CalibratedCost(calibration(
+CALIBRATED_FILE = calibration(
     graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64],
-    decode_attention={"kv_heads": 2, "fills_gpu": 16, "block_n": 16, "small": [8, 32], "big": [4, 128]}))
+    decode_attention={"kv_heads": 2, "fills_gpu": 16, "block_n": 16, "small": [8, 32], "big": [4, 128]})
+CALIBRATED = CalibratedCost(CALIBRATED_FILE)
 
 
 def random_trace(seed: int, n: int = 120, rate: float = 40.0, hashes: bool = False) -> Trace:
@@ -80,6 +82,19 @@ def test_fast_forward_matches_stepping(policy, cost):
     ff, _ = assert_same_runs(random_trace(1), POLICIES[policy], cost, swap_link=swap)
     if policy != "static":
         assert sum(r.preemptions for r in ff.requests) > 0 or policy == "priority"
+
+
+def test_fast_forward_matches_stepping_where_a_schedule_prices_full_batches():
+    """Batches that fill the GPU priced by their programs' schedule have no line: they are stepped,
+    the smaller ones' lines still run, and the records are the same either way."""
+    d = json.loads(json.dumps(CALIBRATED_FILE))
+    d["parameters"]["decode"]["schedule"] = {"kv_gbs": 4500.0, "block_s": 6e-5, "start_s": 4e-5}
+    cost = CalibratedCost(d)
+    kv = lambda: BlockPool(2000, block_size=16)  # noqa: E731
+    ff, step = assert_same_runs(random_trace(3, n=200, rate=120), lambda: ContinuousBatching(kv(), max_model_len=600),
+                                cost)
+    decode = [len(p.new_tokens) for p in step.passes if p.kind == "decode"]
+    assert any(cost.scheduled(n) for n in decode) and any(1 < n and not cost.scheduled(n) for n in decode)
 
 
 def test_fast_forward_matches_stepping_with_prefix_caching():

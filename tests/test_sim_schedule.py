@@ -1,0 +1,91 @@
+"""Decode attention as its programs run (`sim.schedule`): the makespan of programs sharing the KV
+bandwidth, against a plain simulation of every program, and the cost model that prices batches
+that fill the GPU by it."""
+import json
+
+import numpy as np
+import pytest
+
+from sim.cost import CalibratedCost
+from sim.schedule import makespan, program_runs
+from test_sim_cost import calibration
+
+
+def one_by_one(blocks: list[int], bandwidth: float, block_s: float, start_s: float, resident: int) -> float:
+    """The same schedule, program by program: at each step the running programs all walk until the
+    first of them ends."""
+    work = [b + start_s / block_s for b in blocks if b]
+    running, k, clock = [], 0, 0.0
+    while k < len(work) and len(running) < resident:
+        running.append(work[k])
+        k += 1
+    while running:
+        pace = min(1.0 / block_s, bandwidth / len(running))
+        step = min(running)
+        clock += step / pace
+        running = [w - step for w in running]
+        ended = sum(1 for w in running if w <= 1e-12)
+        running = [w for w in running if w > 1e-12]
+        for _ in range(ended):
+            if k < len(work):
+                running.append(work[k])
+                k += 1
+    return clock
+
+
+def test_the_makespan_is_the_schedule_walked_program_by_program():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        blocks = rng.integers(0, 17, int(rng.integers(1, 400))).tolist()
+        runs = [(b, 1) for b in blocks]
+        args = (float(rng.uniform(5, 200)), float(rng.uniform(0.5, 3)), float(rng.uniform(0, 2)), int(rng.integers(1, 64)))
+        assert makespan(runs, *args) == pytest.approx(one_by_one(blocks, *args), rel=1e-9)
+
+
+def test_many_programs_are_bandwidth_bound_and_one_alone_latency_bound():
+    # 1,000 programs of 16 blocks over 100 resident sharing 10 blocks a second: the blocks' read
+    assert makespan([(16, 1000)], 10.0, 0.5, 0.0, 100) == pytest.approx(1600.0)
+    # one program: its blocks at its own pace, its start beside them
+    assert makespan([(16, 1)], 10.0, 0.5, 2.0, 100) == pytest.approx(16 * 0.5 + 2.0)
+    # a tail: 99 short programs and one long one launched last walk at the bandwidth, then it alone
+    t = makespan([(1, 99), (16, 1)], 10.0, 0.5, 0.0, 100)
+    assert t > (99 + 16) / 10.0 and t == pytest.approx(one_by_one([1] * 99 + [16], 10.0, 0.5, 0.0, 100))
+
+
+def test_programs_launch_slice_by_slice_for_every_head():
+    # slices of 4 positions, blocks of 2: contexts of 3, 9 and 4 positions
+    runs = program_runs([3, 9, 4], lambda n: 4, 2, 2)
+    # slice 0: 2, 2, 2 blocks (x2 heads); slice 1: the 9's 2 blocks (x2); slice 2: its last position (x2)
+    assert runs == [(2, 3), (2, 3), (2, 1), (2, 1), (1, 1), (1, 1)]
+
+
+def scheduled(**rates) -> CalibratedCost:
+    d = calibration(graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64])
+    d["parameters"]["decode"]["schedule"] = {"kv_gbs": 4500.0, "block_s": 6e-5, "start_s": 4e-5, **rates}
+    d["parameters"]["decode"]["graph_s"]["64"] = 2.0e-3
+    return CalibratedCost(d)
+
+
+def test_a_schedule_prices_full_batches_by_their_programs_and_leaves_small_ones_to_the_form():
+    cost, plain = scheduled(), CalibratedCost(calibration(graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64]))
+    ctx = [100] * 60 + [5000] * 4  # 64 sequences: fills the GPU (fills_gpu 128, 2 KV heads)
+    runs = program_runs([c + 1 for c in ctx], lambda n: cost.slice_of(n, True)[0], cost.block_n, cost.kv_heads)
+    attention = makespan(runs, 4500e9 / cost.block_bytes, 6e-5, 4e-5, cost.decode_wave)
+    assert cost.pass_time([1] * 64, ctx) == pytest.approx(cost.graph_time(64) + attention, rel=1e-12)
+    assert cost.decode_line(64, sum(ctx), max(ctx)) is None  # stepped pass by pass
+    assert cost.pass_time([1] * 8, ctx[-8:]) == plain.pass_time([1] * 8, ctx[-8:])  # the small slicing: the form
+    assert cost.decode_line(8, sum(ctx[-8:]), max(ctx[-8:])) == plain.decode_line(8, sum(ctx[-8:]), max(ctx[-8:]))
+    # spread contexts cost more than one context of their mean, as the schedule's tail says
+    mean = [sum(ctx) // 64] * 64
+    assert cost.pass_time([1] * 64, ctx) > cost.pass_time([1] * 64, mean)
+
+
+@pytest.mark.parametrize("bad, message", [({"kv_gbs": 0.0}, "needs kv_gbs and block_s above 0"),
+                                          ({"block_s": -1.0}, "decode.schedule.block_s must be a finite number")])
+def test_a_broken_schedule_is_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        scheduled(**bad)
+    d = calibration()
+    d["parameters"]["decode"]["schedule"] = [1, 2, 3]
+    with pytest.raises(ValueError, match="decode.schedule must be an object"):
+        CalibratedCost(json.loads(json.dumps(d)))
