@@ -1,7 +1,9 @@
 """Whole decode passes of batches that fill the GPU priced with decode attention as a
-bandwidth-shared schedule of the kernel's programs (`benchmarks/attention_forms.py`'s `fluid`),
-against the cost model's form (`sim/calibrated.py`), which sees a batch by its mean and longest
-context: a trial of that schedule as the cost model's term, before it is one.
+bandwidth-shared schedule of the kernel's programs (`sim/schedule.py`), fitted here on the sweep,
+beside a cost model (`--cost`): the trial of that schedule as the cost model's term
+(`results/calibration/h200-waves.json`, the calibration before it, prices those batches by the
+form's waves, which see a batch by its mean and longest context; `calibrated:h200` by the
+schedule as `calibrate fit --schedule` fitted it).
 
 Fitted on the calibration's sweep (its decode passes of padded batches of 128 and more, each
 time rested by the calibration's heat factor): the schedule's three times (bandwidth, a block
@@ -11,7 +13,7 @@ every open run's logged decode passes of such batches (`results/continuous/`), p
 calibration's heat as the simulator prices them, in total against their logged time, beside the
 cost model's price.
 
-    python benchmarks/fluid_priced.py            # about a minute
+    python benchmarks/fluid_priced.py [--cost calibrated:h200]     # about a minute
 """
 from __future__ import annotations
 
