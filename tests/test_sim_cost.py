@@ -2,6 +2,7 @@
 fast-forward relies on."""
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,19 +286,26 @@ def test_nan_or_infinity_in_a_calibration_file_is_refused(tmp_path):
 def test_the_committed_calibrations_decode_lines_hold_at_their_last_pass():
     """Found in a saturated replay: a batch of 256 whose next pass opens a partial wave (a step
     up of 0.64 ms) got a line valid for 1,024 passes with that step as its slope (the simulated
-    TPOT came out 12 times the stepped one). Every line must hold at its last pass."""
-    cost = parse_cost("calibrated:h200")
-    cost = cost[0] if isinstance(cost, tuple) else cost
+    TPOT came out 12 times the stepped one). Every line must hold at its last pass: the committed
+    calibration's (whose batches that fill the GPU, priced by their programs' schedule, have none)
+    and the one before it, whose waves priced every batch."""
     rng = np.random.default_rng(1)
     cases = [(256, 269970, 4108)]
     for _ in range(300):
         b = int(rng.choice([2, 8, 24, 64, 100, 144, 200, 256]))
         ctx = np.minimum(rng.lognormal(7.0, 1.0, b).astype(int) + 16, 16000)
         cases.append((b, int(ctx.sum()), int(ctx.max())))
-    for b, total, longest in cases:
+    committed = parse_cost("calibrated:h200")[0]
+    waves = parse_cost(str(Path(__file__).resolve().parents[1] / "results" / "calibration" / "h200-waves.json"))[0]
+    assert committed.schedule is not None and waves.schedule is None
+    for cost, (b, total, longest) in [(c, case) for c in (committed, waves) for case in cases]:
         rest = total - longest
         ctx = [longest] + [rest // (b - 1)] * (b - 2) + [rest - rest // (b - 1) * (b - 2)]
-        a, slope, valid = cost.decode_line(b, total, longest)
+        line = cost.decode_line(b, total, longest)
+        if cost.schedule is not None and cost.scheduled(b):
+            assert line is None
+            continue
+        a, slope, valid = line
         for j in {0, 1, valid - 1}:
             assert a + slope * j == pytest.approx(cost.pass_time([1] * b, [c + j for c in ctx]), rel=1e-5), (b, total,
                                                                                                            longest, j)
