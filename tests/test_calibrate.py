@@ -117,7 +117,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     """... with the spread term from a mixtures run of the same GPU and model (not another's): fitted
     on what the form without it leaves of the pairs' differences (here all of the term)."""
     truth = with_spread(TRUE)
-    store = write_sweep(tmp_path, synthetic_passes(noise=0.005))
+    store = write_sweep(tmp_path, synthetic_passes(noise=0.005, repeats=1))
     mixtures = RunStore(tmp_path / "calibration-mixtures")
     meta = {"engine": "continuous", "kind": "sweep-mixtures", "model": MODEL.name, "gpu": "NVIDIA H200"}
     mixtures.write_run("sweep-mixtures-x", mixture_passes(truth), [], meta | {"run_id": "sweep-mixtures-x"})
