@@ -6,9 +6,10 @@ form's waves, which see a batch by its mean and longest context; `calibrated:h20
 schedule as `calibrate fit --schedule` fitted it).
 
 Fitted on the calibration's sweep (its decode passes of padded batches of 128 and more, each
-time rested by the calibration's heat factor): the schedule's three times (bandwidth, a block
-alone, a program's start; over 528 resident programs) by least squares on relative error, each
-padded batch's graph time the median of what the schedule leaves of that batch's passes. Then
+time rested by the calibration's heat factor) as `calibrate fit --schedule` fits it
+(`calibrate.fit.schedule_fit`): the schedule's three times (bandwidth, a block alone, a program's
+start; over the 528 resident programs) by least squares on relative error, each padded batch's
+graph time the median of what the schedule leaves of that batch's passes. Then
 every open run's logged decode passes of such batches (`results/continuous/`), priced with the
 calibration's heat as the simulator prices them, in total against their logged time, beside the
 cost model's price.
@@ -18,35 +19,27 @@ cost model's price.
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from calibrate.fit import schedule_fit  # noqa: E402
 from calibrate.replay import engine_runs  # noqa: E402
 from core.config import get_preset  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
-from sim.cost import bucket, parse_cost  # noqa: E402
+from sim.cost import parse_cost  # noqa: E402
 from sim.heat import factors  # noqa: E402
-from sim.schedule import makespan, program_runs  # noqa: E402
-
-RESIDENT = 528  # 4 programs on each of the H200's 132 SMs
-
-
-def runs_of(cost, contexts) -> list[tuple[int, int]]:
-    """The kernel's programs of a decode pass that fills the GPU (the big slicing), in launch order
-    as runs of (blocks, how many) (`sim.schedule.program_runs`)."""
-    return program_runs([c + 1 for c in contexts], lambda n: cost.slice_of(n, True)[0], cost.block_n, cost.kv_heads)
 
 
 def fills(cost, p) -> bool:
-    return p.kind == "decode" and len(p.new_tokens) > 1 and cost.decode_shape(
-        len(p.new_tokens), sum(p.context_lens), max(p.context_lens))[1]
+    return p.kind == "decode" and len(p.new_tokens) > 1 and cost.fills(len(p.new_tokens))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,45 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     store = RunStore(args.results / "calibration")
     sweep_id = next(r["run_id"] for r in reversed(store.rows()) if r.get("kind") == "sweep")
     sweep = store.passes(sweep_id)
-    rows = [(p, f) for p, f in zip(sweep, factors(sweep, cost.heat)) if fills(cost, p)]
-    B = np.array([bucket(len(p.new_tokens), cost.buckets) for p, _ in rows])
-    rested = np.array([p.duration_s / f for p, f in rows])
-    runs = [runs_of(cost, p.context_lens) for p, _ in rows]
-    spread = np.array([len(set(p.context_lens)) > 1 for p, _ in rows])
-
-    def attention(theta, runs=runs):
-        bw, block, start = np.exp(theta)
-        return np.array([layers * makespan(r, bw, block, start, RESIDENT) * 1e-6 for r in runs])
-
-    def graphs(A):
-        return {b: float(np.median((rested - A)[B == b])) for b in set(B.tolist())}
-
-    def residuals(theta):
-        A = attention(theta)
-        g = graphs(A)
-        return (np.array([g[b] for b in B]) + A) / rested - 1
-
-    fit = least_squares(residuals, np.log([140.0, 2.4, 1.5]), loss="soft_l1", f_scale=0.05, max_nfev=60,
-                        diff_step=1e-3)
-    bw, block, start = np.exp(fit.x)
-    g = graphs(attention(fit.x))
-    model = np.array([cost.pass_time(p.new_tokens, p.context_lens) for p, _ in rows]) / rested - 1
-    ours = residuals(fit.x)
-    print(f"sweep {sweep_id}: {len(rows)} decode passes of batches that fill the GPU; the schedule over {RESIDENT} "
-          f"resident: {bw:.1f} blocks a us shared ({bw * cost.block_bytes / layers / 1e6:.2f} TB/s), a block "
-          f"{block:.2f} us, a program's start {start:.2f} us (a layer)")
+    rows = [dataclasses.replace(p, duration_s=p.duration_s / f)  # rested
+            for p, f in zip(sweep, factors(sweep, cost.heat)) if fills(cost, p)]
+    rates, graphs = schedule_fit(rows, cost)
+    ours = copy.deepcopy(cost)  # the same model, its full batches as scheduled here
+    ours.schedule, ours.graph_s = rates, {**cost.graph_s, **graphs}
+    rested = np.array([p.duration_s for p in rows])
+    spread = np.array([len(set(p.context_lens)) > 1 for p in rows])
+    errors = {name: np.array(c.predict_all(rows)) / rested - 1
+              for name, c in (("the cost model", cost), ("schedule + graph time per batch", ours))}
+    print(f"sweep {sweep_id}: {len(rows)} decode passes of batches that fill the GPU; the schedule over "
+          f"{cost.decode_wave} resident: {rates['kv_gbs'] / 1e3:.2f} TB/s shared, a block alone "
+          f"{rates['block_s'] / layers * 1e6:.2f} us, a program's start {rates['start_s'] / layers * 1e6:.2f} us (a layer)")
     print(f"  {'':<34}{'MAPE':>7}{'one context':>13}{'spread':>8}{'spread, mean':>14}")
-    for name, e in (("the cost model", model), ("schedule + graph time per batch", ours)):
+    for name, e in errors.items():
         print(f"  {name:<34}{np.mean(np.abs(e)):>7.2%}{np.mean(np.abs(e[~spread])):>13.2%}"
               f"{np.mean(np.abs(e[spread])):>8.2%}{np.mean(e[spread]):>+14.2%}")
-    keys = sorted(g)
-
-    def graph(b):
-        if b in g:
-            return g[b]
-        lo, hi = max(k for k in keys if k < b), min(k for k in keys if k > b)
-        return g[lo] + (g[hi] - g[lo]) * (b - lo) / (hi - lo)
-
     totals = defaultdict(lambda: np.zeros(4))
     for run_store, row in engine_runs(args.results, cost.gpu, cost.model):
         if run_store.root.name != "continuous":
@@ -108,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                  "Azure, 16x and 32x" if rid.startswith("azure") else "seed workload")
         for p, f in zip(passes, factors(passes, cost.heat)):
             if fills(cost, p):
-                b = bucket(len(p.new_tokens), cost.buckets)
-                A = layers * makespan(runs_of(cost, p.context_lens), bw, block, start, RESIDENT) * 1e-6
-                totals[group] += (1, p.duration_s, cost.pass_time(p.new_tokens, p.context_lens) * f, (graph(b) + A) * f)
+                totals[group] += (1, p.duration_s, cost.pass_time(p.new_tokens, p.context_lens) * f,
+                                  ours.pass_time(p.new_tokens, p.context_lens) * f)
     print("open runs' logged decode passes of batches that fill the GPU, priced with heat / logged - 1:")
     print(f"  {'':<24}{'passes':>7}{'the cost model':>16}{'schedule':>10}")
     for group, (n, logged, model_s, ours_s) in sorted(totals.items()):

@@ -30,7 +30,6 @@ from core.records import PassRecord
 from sim.calibrated import (DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, SCHEDULE, UNITS, CalibratedCost, bucket,
                             regime)
 from sim.cost import RooflineCost
-from sim.schedule import makespan, program_runs
 
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
          "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3,
@@ -384,23 +383,30 @@ SCHEDULE_START = {"kv_gbs": 4800.0, "block_s": 7e-5, "start_s": 4e-5}  # a pass'
 
 def fit_schedule(passes: list[PassRecord], params: dict, model: CalibratedCost) -> dict:
     """`params` with decode attention of batches that fill the GPU priced by its programs'
-    schedule (`sim.schedule`, `CalibratedCost.scheduled_attention`): its three rates fitted on
-    those decode passes of `passes` by least squares on relative error (soft_l1, as the rest), each
+    schedule (`sim.schedule`, `CalibratedCost.scheduled_attention`), fitted by `schedule_fit`."""
+    rates, graphs = schedule_fit(passes, model)
+    out = copy.deepcopy(params)
+    out["decode"]["schedule"] = rates
+    out["decode"]["graph_s"].update({str(b): t for b, t in graphs.items()})
+    return out
+
+
+def schedule_fit(passes: list[PassRecord], model: CalibratedCost) -> tuple[dict, dict]:
+    """(the schedule's rates, {padded batch: graph seconds}) of the decode passes of `passes` that
+    fill the GPU: the three rates by least squares on relative error (soft_l1, as the rest), each
     padded batch's graph time the median of what the schedule leaves of its passes."""
-    full = [p for p in passes if regime(p.new_tokens) == "decode" and model.scheduled(len(p.new_tokens))]
+    full = [p for p in passes if regime(p.new_tokens) == "decode" and model.fills(len(p.new_tokens))]
     if len(full) < MIN_PASSES["decode"]:
         raise ValueError(f"too few decode passes of batches that fill the GPU to fit their schedule ({len(full)}, "
                          f"need {MIN_PASSES['decode']}): time batches of {model.fills_gpu // model.kv_heads} sequences "
                          "and more")
     B = np.array([bucket(len(p.new_tokens), model.buckets) for p in full])
     seconds = np.array([p.duration_s for p in full])
-    runs = [program_runs([c + 1 for c in p.context_lens], lambda n: model.slice_of(n, True)[0], model.block_n,
-                         model.kv_heads) for p in full]
+    runs = [model.scheduled_runs(p.context_lens) for p in full]
 
     def attention(theta):
-        kv_gbs, block_s, start_s = np.exp(theta)
-        return np.array([makespan(r, kv_gbs * 1e9 / model.block_bytes, block_s, start_s, model.decode_wave)
-                         for r in runs])
+        rates = dict(zip(SCHEDULE, np.exp(theta)))
+        return np.array([model.scheduled_time(r, rates) for r in runs])
 
     def graphs(A):
         return {b: float(np.median((seconds - A)[B == b])) for b in np.unique(B).tolist()}
@@ -412,7 +418,4 @@ def fit_schedule(passes: list[PassRecord], params: dict, model: CalibratedCost) 
 
     fit = least_squares(residuals, np.log([SCHEDULE_START[k] for k in SCHEDULE]), loss="soft_l1",
                         f_scale=ROBUST_SCALE, max_nfev=100, diff_step=1e-3)
-    out = copy.deepcopy(params)
-    out["decode"]["schedule"] = dict(zip(SCHEDULE, np.exp(fit.x).tolist()))
-    out["decode"]["graph_s"].update({str(b): t for b, t in graphs(attention(fit.x)).items()})
-    return out
+    return dict(zip(SCHEDULE, np.exp(fit.x).tolist())), graphs(attention(fit.x))

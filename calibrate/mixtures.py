@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from core.runstore import RunStore
+from sim.calibrated import bucket
 
 FROM_GRID = tuple(range(0, 121, 8))  # sequences (graph buckets are multiples of 8 there)
 KIND = "sweep-mixtures"
@@ -72,7 +73,7 @@ def pair_miss(mix: list[tuple], cost) -> float:
     """The RMS, over the pairs of `mix` of the small slicing, of the miss of `cost`'s price
     difference between a spread batch and its twin against their times' difference, over the
     spread batch's time."""
-    return float(np.sqrt(np.mean(np.square(_misses([q for q in mix if not _fills(cost, q[0])], cost)[3]))))
+    return float(np.sqrt(np.mean(np.square(_misses([q for q in mix if not cost.fills(len(q[0]))], cost)[2]))))
 
 
 def fit_spread(mix: list[tuple], cost) -> tuple[float, dict, float]:
@@ -82,7 +83,7 @@ def fit_spread(mix: list[tuple], cost) -> tuple[float, dict, float]:
     cost = copy.deepcopy(cost)
     for rates in cost.pd_rates.values():
         rates["spread_s"] = 0.0
-    B, big, dlive, miss, t = _misses([q for q in mix if not _fills(cost, q[0])], cost)
+    B, dlive, miss, t = _misses([q for q in mix if not cost.fills(len(q[0]))], cost)
     short = -miss  # what the term is to add
     best = None
     for start in FROM_GRID:
@@ -95,22 +96,15 @@ def fit_spread(mix: list[tuple], cost) -> tuple[float, dict, float]:
     return best[0], {"small": best[1], "big": 0.0}, float(np.sqrt(best[2] / len(short)))
 
 
-def _fills(cost, ctx) -> bool:
-    """Whether a decode batch of these contexts runs the big slicing (fills the GPU)."""
-    return cost.decode_shape(len(ctx), sum(ctx), max(ctx))[1]
-
-
 def _misses(mix: list[tuple], cost) -> tuple:
-    """Per pair: the padded batch, whether it fills the GPU, the longest's live slices beyond the
-    mean's, the miss of `cost`'s price difference against the times' over the spread batch's
-    time, and that time."""
+    """Per pair: the padded batch, the longest's live slices beyond the mean's, the miss of
+    `cost`'s price difference against the times' over the spread batch's time, and that time."""
     if not mix:
         raise ValueError("no pairs of a spread batch and its twin of the small slicing to fit the spread term on")
     price = lambda ctx: cost.pass_time([1] * len(ctx), list(ctx))  # noqa: E731
     rows = []
     for ctx, t, twin, tt in mix:
         S = len(ctx)
-        B, big, *_ = cost.decode_shape(S, sum(ctx), max(ctx))
-        rows.append((B, big, cost.spread_slices(S, sum(ctx), max(ctx)), ((price(ctx) - price(twin)) - (t - tt)) / t, t))
-    B, big, dlive, miss, t = (np.array(c, dtype=float) for c in zip(*rows))
-    return B, big.astype(bool), dlive, miss, t
+        rows.append((bucket(S, cost.buckets), cost.spread_slices(S, sum(ctx), max(ctx)),
+                     ((price(ctx) - price(twin)) - (t - tt)) / t, t))
+    return tuple(np.array(c, dtype=float) for c in zip(*rows))

@@ -282,7 +282,7 @@ class CalibratedCost:
 
     def spread_slices(self, S: int, context_sum: int, context_max: int) -> float:
         """live(Lm) - live(Lbar) of a decode pass (`decode_shape`): the spread term's slices."""
-        big = bucket(S, self.buckets) * self.kv_heads >= self.fills_gpu
+        big = self.fills(S)
         return self.slice_of(context_max + 1, big)[2] - self.slice_of(-(-context_sum // S) + 1, big)[2]
 
     def spread_rows(self, B: int) -> float:
@@ -371,7 +371,7 @@ class CalibratedCost:
             longest = max(context_lens)
             self._beyond("decode_batch", S)
             self._beyond("context", longest + 1)
-            if self.schedule is not None and self.scheduled(S):
+            if self.schedule is not None and self.fills(S):
                 return self.graph_time(bucket(S, self.buckets)) + self.scheduled_attention(context_lens)
             return self._decode(S, sum(context_lens), longest)
         p = self.pp
@@ -384,18 +384,26 @@ class CalibratedCost:
         return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
                 + S * p["per_seq_s"] + (p["eager_s"] if self.eager(m) else 0.0))
 
-    def scheduled(self, S: int) -> bool:
-        """Whether a decode pass of S sequences fills the GPU (the big slicing), which a file with
-        "schedule" rates prices by its programs' schedule."""
+    def fills(self, S: int) -> bool:
+        """Whether a decode pass of S sequences fills the GPU: its padded batch gets the big slicing
+        (and a file with "schedule" rates prices its attention by its programs' schedule)."""
         return bucket(S, self.buckets) * self.kv_heads >= self.fills_gpu
 
-    def scheduled_attention(self, context_lens: Sequence[int]) -> float:
-        """Decode attention of a batch that fills the GPU as its programs run (`sim.schedule`): the
-        big slicing's slices, `decode_wave` resident, sharing `kv_gbs`."""
-        r = self.schedule
-        runs = program_runs([c + 1 for c in context_lens], lambda n: self.slice_of(n, True)[0], self.block_n,
+    def scheduled_runs(self, context_lens: Sequence[int]) -> list[tuple[int, int]]:
+        """The programs of a decode pass that fills the GPU, in launch order as runs of (blocks, how
+        many) (`sim.schedule.program_runs`, the big slicing's slices)."""
+        return program_runs([c + 1 for c in context_lens], lambda n: self.slice_of(n, True)[0], self.block_n,
                             self.kv_heads)
-        return makespan(runs, r["kv_gbs"] * 1e9 / self.block_bytes, r["block_s"], r["start_s"], self.decode_wave)
+
+    def scheduled_time(self, runs: Sequence[tuple[int, int]], rates: dict) -> float:
+        """Seconds the programs `runs` take at the schedule's `rates` (kv_gbs, block_s, start_s),
+        `decode_wave` resident (`sim.schedule.makespan`)."""
+        return makespan(runs, rates["kv_gbs"] * 1e9 / self.block_bytes, rates["block_s"], rates["start_s"],
+                        self.decode_wave)
+
+    def scheduled_attention(self, context_lens: Sequence[int]) -> float:
+        """Decode attention of a batch that fills the GPU as its programs run (`sim.schedule`)."""
+        return self.scheduled_time(self.scheduled_runs(context_lens), self.schedule)
 
     def eager(self, m: int) -> bool:
         """A prefill pass of m tokens (padded) runs without a CUDA graph: past the largest token bucket."""
@@ -423,7 +431,7 @@ class CalibratedCost:
         kv_heads * S / sl a pass) and the next change of a max()'s argument (the crossing of
         two lines), at most LINE_MAX passes. None for batches a file's "schedule" prices."""
         S = batch_size
-        if self.schedule is not None and self.scheduled(S):
+        if self.schedule is not None and self.fills(S):
             return None  # priced by each pass's own programs (`scheduled_attention`): stepped pass by pass
         self._beyond("decode_batch", S)  # (the run's first pass: its contexts grow from there)
         self._beyond("context", (context_max if context_max is not None else context_sum // S) + 1)

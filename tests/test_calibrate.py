@@ -228,7 +228,7 @@ def test_the_schedule_of_full_batches_is_recovered_from_their_passes():
     assert params["decode"]["schedule"] == pytest.approx(truth["decode"]["schedule"], rel=0.01)
     got = CalibratedCost(BASE | {"parameters": params}).predict_all(passes)
     assert np.allclose(got, [p.duration_s for p in passes], rtol=1e-3)
-    full = [p for p in passes if p.kind == "decode" and SHAPE.scheduled(len(p.new_tokens))]
+    full = [p for p in passes if p.kind == "decode" and SHAPE.fills(len(p.new_tokens))]
     assert len(full) > 50
     with pytest.raises(ValueError, match="too few decode passes of batches that fill the GPU"):
         fit_schedule([p for p in passes if p not in full], params, SHAPE)

@@ -302,7 +302,7 @@ def test_the_committed_calibrations_decode_lines_hold_at_their_last_pass():
         rest = total - longest
         ctx = [longest] + [rest // (b - 1)] * (b - 2) + [rest - rest // (b - 1) * (b - 2)]
         line = cost.decode_line(b, total, longest)
-        if cost.schedule is not None and cost.scheduled(b):
+        if cost.schedule is not None and cost.fills(b):
             assert line is None
             continue
         a, slope, valid = line

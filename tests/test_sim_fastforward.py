@@ -94,7 +94,7 @@ def test_fast_forward_matches_stepping_where_a_schedule_prices_full_batches():
     ff, step = assert_same_runs(random_trace(3, n=200, rate=120), lambda: ContinuousBatching(kv(), max_model_len=600),
                                 cost)
     decode = [len(p.new_tokens) for p in step.passes if p.kind == "decode"]
-    assert any(cost.scheduled(n) for n in decode) and any(1 < n and not cost.scheduled(n) for n in decode)
+    assert any(cost.fills(n) for n in decode) and any(1 < n and not cost.fills(n) for n in decode)
 
 
 def test_fast_forward_matches_stepping_with_prefix_caching():
