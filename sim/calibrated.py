@@ -114,6 +114,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from core.roofline import GPUSpec
 from sim.heat import Heat
 from sim.host import HostTime
@@ -261,6 +263,12 @@ class CalibratedCost:
         sl = max(-(-(-(-length // slices)) // bn) * bn, shortest)
         return sl, max(1.0, length / sl), max(1.0, length / sl + 0.5), min(sl, length + bn / 2) / bn
 
+    def slice_lens(self, lengths: np.ndarray, big: bool) -> np.ndarray:
+        """`slice_of`'s positions a slice, for an array of context lengths at once."""
+        slices, shortest = self.slicing[big]
+        bn = self.block_n
+        return np.maximum(-(-(-(-lengths // slices)) // bn) * bn, shortest)
+
     def _region_end(self, length: int, big: bool) -> int:
         """Passes from a context of `length` positions (one longer each pass) to the next kink of
         `slice_of` (live slices grow from sl / 2, work from sl, blocks stop at sl - block_n / 2) or
@@ -392,8 +400,8 @@ class CalibratedCost:
     def scheduled_runs(self, context_lens: Sequence[int]) -> list[tuple[int, int]]:
         """The programs of a decode pass that fills the GPU, in launch order as runs of (blocks, how
         many) (`sim.schedule.program_runs`, the big slicing's slices)."""
-        return program_runs([c + 1 for c in context_lens], lambda n: self.slice_of(n, True)[0], self.block_n,
-                            self.kv_heads)
+        lengths = np.asarray(context_lens, dtype=np.int64) + 1
+        return program_runs(lengths, self.slice_lens(lengths, True), self.block_n, self.kv_heads)
 
     def scheduled_time(self, runs: Sequence[tuple[int, int]], rates: dict) -> float:
         """Seconds the programs `runs` take at the schedule's `rates` (kv_gbs, block_s, start_s),

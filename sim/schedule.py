@@ -16,27 +16,26 @@ its mean context.
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Sequence
+from typing import Sequence
+
+import numpy as np
 
 
-def program_runs(lengths: Sequence[int], slice_len: Callable[[int], int], block_n: int,
+def program_runs(lengths: Sequence[int], slice_lens: Sequence[int], block_n: int,
                  kv_heads: int) -> list[tuple[int, int]]:
     """The programs of a decode pass over sequences of `lengths` positions (the new token's
-    included; `slice_len(L)`: the positions of a slice of a context of L), in launch order as runs
-    of (blocks, how many), programs past a sequence's end left out."""
-    sl = [slice_len(n) for n in lengths]
-    live = [-(-n // s) for n, s in zip(lengths, sl)]
+    included), cut into slices of `slice_lens` positions, in launch order as runs of (blocks, how
+    many), programs past a sequence's end left out."""
+    n = np.asarray(lengths, dtype=np.int64)
+    sl = np.asarray(slice_lens, dtype=np.int64)
+    live = -(-n // sl)
     out: list[tuple[int, int]] = []
-    for k in range(max(live, default=0)):
-        row: list[list[int]] = []
-        for n, s, m in zip(lengths, sl, live):
-            if k < m:
-                blocks = -(-min(s, n - k * s) // block_n)
-                if row and row[-1][0] == blocks:
-                    row[-1][1] += 1
-                else:
-                    row.append([blocks, 1])
-        out.extend([(b, c) for b, c in row] * kv_heads)
+    for k in range(int(live.max(initial=0))):
+        rows = live > k
+        blocks = -(-np.minimum(sl[rows], n[rows] - k * sl[rows]) // block_n)
+        first = np.flatnonzero(np.concatenate(([True], blocks[1:] != blocks[:-1])))  # where runs of equal blocks begin
+        counts = np.diff(np.append(first, len(blocks)))
+        out.extend(list(zip(blocks[first].tolist(), counts.tolist())) * kv_heads)
     return out
 
 
@@ -47,34 +46,34 @@ def makespan(runs: Sequence[tuple[int, int]], bandwidth: float, block_s: float, 
     `start_s`. Exact: a run's programs launch together, and the slots count how many programs end
     at each point of the walk."""
     extra = start_s / block_s
-    queue = [[blocks + extra, count] for blocks, count in runs if blocks and count]
+    kept = [(blocks, count) for blocks, count in runs if blocks and count]
+    works = [blocks + extra for blocks, _ in kept]
+    counts = [count for _, count in kept]
+    top = 1.0 / block_s
     ends: dict[float, int] = {}  # blocks every running program has walked when these end -> how many
     heap: list[float] = []
-    k = running = 0
+    k, last, running, free = 0, len(works), 0, resident
     done = clock = 0.0
-
-    def launch(free: int) -> None:
-        nonlocal k, running
-        while free and k < len(queue):
-            work, count = queue[k]
-            take = min(count, free)
-            end = done + work
-            if end not in ends:
+    while True:
+        while free and k < last:  # launch the next programs in order into the free slots
+            count = counts[k]
+            take = count if count < free else free
+            end = done + works[k]
+            if end in ends:
+                ends[end] += take
+            else:
                 heapq.heappush(heap, end)
-            ends[end] = ends.get(end, 0) + take
-            running, free = running + take, free - take
+                ends[end] = take
+            running += take
+            free -= take
             if take == count:
                 k += 1
             else:
-                queue[k][1] = count - take
-
-    launch(resident)
-    while heap:
+                counts[k] = count - take
+        if not heap:
+            return clock
         end = heapq.heappop(heap)
-        pace = min(1.0 / block_s, bandwidth / running)
-        clock += (end - done) / pace
+        clock += (end - done) / min(top, bandwidth / running)
         done = end
-        ended = ends.pop(end)
-        running -= ended
-        launch(ended)
-    return clock
+        free = ends.pop(end)
+        running -= free

@@ -54,9 +54,45 @@ def test_many_programs_are_bandwidth_bound_and_one_alone_latency_bound():
 
 def test_programs_launch_slice_by_slice_for_every_head():
     # slices of 4 positions, blocks of 2: contexts of 3, 9 and 4 positions
-    runs = program_runs([3, 9, 4], lambda n: 4, 2, 2)
+    runs = program_runs([3, 9, 4], [4, 4, 4], 2, 2)
     # slice 0: 2, 2, 2 blocks (x2 heads); slice 1: the 9's 2 blocks (x2); slice 2: its last position (x2)
     assert runs == [(2, 3), (2, 3), (2, 1), (2, 1), (1, 1), (1, 1)]
+    assert program_runs([], [], 2, 2) == []
+
+
+def programs_one_by_one(lengths, slice_lens, block_n, kv_heads):
+    """The launch order walked program by program, then merged into runs."""
+    flat = []
+    for k in range(max((-(-n // s) for n, s in zip(lengths, slice_lens)), default=0)):
+        row = [-(-min(s, n - k * s) // block_n) for n, s in zip(lengths, slice_lens) if k * s < n]
+        flat.extend(row * kv_heads)
+    runs = []
+    for b in flat:
+        if runs and runs[-1][0] == b:
+            runs[-1][1] += 1
+        else:
+            runs.append([b, 1])
+    return runs
+
+
+def test_program_runs_are_the_programs_in_launch_order():
+    cost = scheduled()
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        lengths = rng.integers(1, 20000, int(rng.integers(1, 300)))
+        if rng.random() < 0.3:
+            lengths[:] = lengths[0] + rng.integers(0, 3, len(lengths))  # long runs of equal programs
+        sl = cost.slice_lens(lengths, True)
+        assert sl.tolist() == [cost.slice_of(int(n), True)[0] for n in lengths]
+        runs = program_runs(lengths, sl, cost.block_n, cost.kv_heads)
+        merged = []  # (runs end where a head's row ends; merging them again gives the flat order's runs)
+        for b, c in runs:
+            if merged and merged[-1][0] == b:
+                merged[-1][1] += c
+            else:
+                merged.append([b, c])
+        assert merged == programs_one_by_one(lengths.tolist(), sl.tolist(), cost.block_n, cost.kv_heads)
+        assert all(type(b) is int and type(c) is int for b, c in runs)
 
 
 def scheduled(**rates) -> CalibratedCost:
@@ -69,7 +105,8 @@ def scheduled(**rates) -> CalibratedCost:
 def test_a_schedule_prices_full_batches_by_their_programs_and_leaves_small_ones_to_the_form():
     cost, plain = scheduled(), CalibratedCost(calibration(graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64]))
     ctx = [100] * 60 + [5000] * 4  # 64 sequences: fills the GPU (fills_gpu 128, 2 KV heads)
-    runs = program_runs([c + 1 for c in ctx], lambda n: cost.slice_of(n, True)[0], cost.block_n, cost.kv_heads)
+    lengths = np.array(ctx) + 1
+    runs = program_runs(lengths, cost.slice_lens(lengths, True), cost.block_n, cost.kv_heads)
     attention = makespan(runs, 4500e9 / cost.block_bytes, 6e-5, 4e-5, cost.decode_wave)
     assert cost.pass_time([1] * 64, ctx) == pytest.approx(cost.graph_time(64) + attention, rel=1e-12)
     assert cost.decode_line(64, sum(ctx), max(ctx)) is None  # stepped pass by pass
