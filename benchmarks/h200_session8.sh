@@ -3,7 +3,8 @@
 # has no .git, so each call sets GIT_COMMIT):
 #   GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session8.sh PART...
 # (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it; the capacity runs this
-# reads are among those it sets aside: copy the three named below back into results/continuous first)
+# reads are among those it sets aside, and the device tool copies no file of a tracked path set aside: copy the
+# three named below into an untracked folder and name it, RUNS=that/continuous)
 # Parts:
 #   kneegap   where the runs at the capacity knee lose their passes' time (the model prices their logged
 #             passes 2-3.4% short: chunked prefill's mixed passes 3-4%, continuous batching's decode batches
@@ -17,7 +18,7 @@ for part in "$@"; do
   case $part in
     kneegap)
       for run in azure-cap-chunked-20261130T161406 azure-cap-continuous-20261130T161117 azure-cap-continuous-20261130T154734; do
-        run 200 python3 benchmarks/replay_shapes.py results/continuous/$run --passes 600 --long-window 600 \
+        run 200 python3 benchmarks/replay_shapes.py ${RUNS:-results/continuous}/$run --passes 600 --long-window 600 \
           --telemetry $R/replay-$run-telemetry.csv --json $R/replay-$run.json
       done
       gzip $R/*.csv $R/*.json ;;
