@@ -10,7 +10,9 @@ passes alone and priced on open runs' passes timed again (`benchmarks/replay_sha
   one KV head's tiles then the next's) over `prefill_wave` resident slots, each taking
   (blocks + r) * block_s, the next starting as one ends (`sim.schedule.makespan`, no bandwidth
   shared); with the regime's fixed time, weights or projections and per-sequence time, fitted by
-  the same soft_l1 least squares for each start r of a grid.
+  the same soft_l1 least squares for each start r of a grid;
+- `joint`: the waves for passes of prompt tokens alone and the list schedule (a block time of its
+  own) for mixed passes, the rest of the regime shared, fitted together the same way.
 
 Both on the sweep's passes of prompt tokens run as CUDA graphs (up to 8,192 tokens), their times
 rested by the calibration's heat factor; the replays' windowed column ("sweep, own order", the
@@ -45,6 +47,7 @@ from sim.schedule import makespan  # noqa: E402
 
 COLUMN = "sweep, own order"
 LIST_PARAMS = ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s")
+JOINT_PARAMS = LIST_PARAMS + ("program_s", "shared", "list_block_s")
 
 
 def tile_runs(new_tokens, context_lens, tile: int, block_n: int, kv_heads: int) -> list[tuple[int, int]]:
@@ -86,19 +89,33 @@ def replay_passes(cost, files: list[Path]) -> dict[str, list[tuple]]:
     return out
 
 
-class ListForm:
+class Forms:
+    """The passes' terms, vectorised: the list schedule's walk (in blocks' time, for each start r)
+    and the waves' counts (`CalibratedCost.chunk_waves`)."""
+
     def __init__(self, cost, items: list[tuple], starts: list[float]):
         self.c = {"w": cost.weight_bytes, "f": cost.flops_per_token}
         self.m = np.array([bucket(sum(n), cost.token_buckets) for n, *_ in items], float)
         self.seqs = np.array([len(n) for n, *_ in items], float)
+        self.mixed = np.array([k == "mixed" for *_, k in items])
         self.walk = np.array([[makespan(tile_runs(n, c, cost.tile_tokens, cost.block_n, cost.kv_heads), 1e30, 1.0, r,
                                         cost.prefill_wave) for r in starts] for n, c, *_ in items])
+        self.P, self.work, self.crit, self.waves = np.array([cost.chunk_waves(n, c) for n, c, *_ in items], float).T
 
-    def predict(self, theta: np.ndarray, j: int) -> np.ndarray:
-        fixed, wgbs, tflops, per_seq, block = np.exp(theta)
+    def rest(self, fixed, wgbs, tflops, per_seq) -> np.ndarray:
         weights = self.c["w"] / (wgbs * 1e9)
-        projections = self.m * self.c["f"] / (tflops * 1e12)
-        return fixed + np.maximum(weights, projections) + block * self.walk[:, j] + self.seqs * per_seq
+        return fixed + np.maximum(weights, self.m * self.c["f"] / (tflops * 1e12)) + self.seqs * per_seq
+
+    def list_form(self, theta: np.ndarray, j: int) -> np.ndarray:
+        fixed, wgbs, tflops, per_seq, block = np.exp(theta)
+        return self.rest(fixed, wgbs, tflops, per_seq) + block * self.walk[:, j]
+
+    def joint(self, theta: np.ndarray, j: int) -> np.ndarray:
+        """The waves for prompt passes, the list schedule (its own block time) for mixed ones."""
+        fixed, wgbs, tflops, per_seq, block, program, shared, list_block = np.exp(theta)
+        waves = np.maximum(self.crit * block + program,
+                           self.waves * np.where(self.waves > 1, shared, 1.0) * (self.work / self.P * block + program))
+        return self.rest(fixed, wgbs, tflops, per_seq) + np.where(self.mixed, list_block * self.walk[:, j], waves)
 
 
 def summary(pred: np.ndarray, items: list[tuple]) -> str:
@@ -137,17 +154,19 @@ def main(argv: list[str] | None = None) -> int:
 
     show("waves (the calibration's parameters)",
          lambda items: np.array([cost.pass_time(n, c) for n, c, *_ in items]))
-    form = ListForm(cost, train, starts)
-    forms = {run: ListForm(cost, items, starts) for run, items in held.items()}
+    form = Forms(cost, train, starts)
+    forms = {id(train): form, **{id(items): Forms(cost, items, starts) for items in held.values()}}
     p = cost.pp
-    theta0 = np.log([p["fixed_s"], p["weight_gbs"], p["matmul_tflops"], p["per_seq_s"], p["block_s"]])
+    rest0 = [p["fixed_s"], p["weight_gbs"], p["matmul_tflops"], p["per_seq_s"]]
     seconds = np.array([t for _, _, t, _ in train])
-    for j, r in enumerate(starts):
-        fit = least_squares(lambda th: form.predict(th, j) / seconds - 1, theta0, method="trf", loss="soft_l1",
-                            f_scale=ROBUST_SCALE, max_nfev=3000)
-        values = ", ".join(f"{k} {v:.4g}" for k, v in zip(LIST_PARAMS, np.exp(fit.x)))
-        by_items = {id(train): form, **{id(items): forms[run] for run, items in held.items()}}
-        show(f"list, start r={r:g} ({values})", lambda items: by_items[id(items)].predict(fit.x, j))
+    for name, theta0, names in (("list", rest0 + [p["block_s"]], LIST_PARAMS),
+                                ("joint", rest0 + [p["block_s"], p["program_s"], p["shared"], p["block_s"]], JOINT_PARAMS)):
+        for j, r in enumerate(starts):
+            fit = least_squares(lambda th: getattr(form, f"{name}_form" if name == "list" else name)(th, j) / seconds - 1,
+                                np.log(theta0), method="trf", loss="soft_l1", f_scale=ROBUST_SCALE, max_nfev=4000)
+            values = ", ".join(f"{k} {v:.4g}" for k, v in zip(names, np.exp(fit.x)))
+            show(f"{name}, start r={r:g} ({values})",
+                 lambda items: getattr(forms[id(items)], f"{name}_form" if name == "list" else name)(fit.x, j))
     return 0
 
 
