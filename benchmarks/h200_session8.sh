@@ -12,6 +12,9 @@
 #             in the sweep's windows of 16 and all back to back, nvidia-smi's clocks beside them: the Azure
 #             window with chunked prefill at 10.25x, with continuous batching at 9.125x and at 8x (where
 #             the prompt passes are priced right and the decode batches of 65-127 still 2.7% short)
+#   mixedgrid the GPU tests, then `calibrate sweep --grid mixed` (mixed passes as the chunked policy builds them
+#             on the Azure trace, beside the default grid's own mixed passes), 5 repeats, and the chunked run's
+#             600 middle passes timed again on the same card (its served mixed passes beside the grid)
 source benchmarks/device_prelude.sh
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
@@ -22,6 +25,12 @@ for part in "$@"; do
           --telemetry $R/replay-$run-telemetry.csv --json $R/replay-$run.json
       done
       gzip $R/*.csv $R/*.json ;;
+    mixedgrid)
+      run 400 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_gpu.py tests/test_calibrate_sweep.py
+      run 300 python3 -m calibrate sweep --grid mixed --repeats 5 --out $R
+      run 200 python3 benchmarks/replay_shapes.py ${RUNS:-results/continuous}/azure-cap-chunked-20261130T161406 --passes 600 \
+        --json $R/replay-mixedgrid-azure-cap-chunked-20261130T161406.json
+      gzip $R/*.json ;;
     *) echo "unknown part $part" ;;
   esac
 done

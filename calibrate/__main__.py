@@ -53,16 +53,19 @@ def sweep_main(argv: list[str]) -> int:
                    help="timed passes launched 16 at a time behind a short lead, each window built first "
                         "(windows, default), or each built and launched while the one before it runs, as the "
                         "serving loop does (served)")
-    p.add_argument("--grid", choices=("default", "mixtures"), default="default",
-                   help="the calibration's grid (default), or decode batches of spread contexts beside their twins "
-                        "of one context (mixtures: a diagnostic, its row's kind sweep-mixtures, which fit does not read)")
+    p.add_argument("--grid", choices=("default", "mixtures", "mixed"), default="default",
+                   help="the calibration's grid (default); decode batches of spread contexts beside their twins "
+                        "of one context (mixtures); or mixed passes as the chunked policy builds them on a served "
+                        "trace, beside the default grid's own (mixed). mixtures and mixed are diagnostics: their "
+                        "rows' kinds, sweep-mixtures and sweep-mixed, are not what fit reads")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
         import torch
         from tqdm import tqdm
 
-        from calibrate.sweep import MIXTURE_BATCHES, blocks_needed, default_shapes, mixture_shapes, run_sweep
+        from calibrate.sweep import (MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes, mixture_shapes,
+                                     run_sweep)
         from engine.continuous import ModelRunner
         from engine.paged import PagedKVCache
         from engine.provenance import provenance, resolve_device
@@ -86,6 +89,8 @@ def sweep_main(argv: list[str]) -> int:
             if not shapes:
                 raise ValueError(f"--grid mixtures times batches of {min(MIXTURE_BATCHES)} sequences and more; "
                                  f"--max-batch is {max_batch}")
+        elif args.grid == "mixed":
+            shapes = mixed_shapes(max_batch, max_context, seed=args.seed)
         else:
             shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000,
                                     seed=args.seed, max_pass_tokens=args.max_pass_tokens)
@@ -97,7 +102,7 @@ def sweep_main(argv: list[str]) -> int:
         return 2
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    kind = "sweep" if args.grid == "default" else "sweep-mixtures"  # (fit reads the kind "sweep" alone)
+    kind = "sweep" if args.grid == "default" else f"sweep-{args.grid}"  # (fit reads the kind "sweep" alone)
     run_id = f"{kind}-{stamp}"
     print(f"{len(shapes)} shapes x ({args.repeats} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")

@@ -153,6 +153,36 @@ def mixture_shapes(max_batch: int = 256, max_context: int = 16384, seed: int = 0
     return shapes
 
 
+MIXED_BUDGETS = (512, 1024, 2048)  # a mixed pass's tokens, decodes included (the chunked policy's budget: 2,048)
+MIXED_DECODES = (16, 32, 64, 96, 128, 160, 192, 256)
+
+
+def mixed_shapes(max_batch: int = 1024, max_context: int = 16384, seed: int = 0) -> list[Shape]:
+    """Mixed passes as the chunked policy builds them on a served trace (`--grid mixed`): a budget
+    of 512, 1,024 or 2,048 tokens, 16-256 of them decodes of contexts like the Azure conversation
+    trace's (log-normal, median 1,000 positions, up to 8,000), the rest one to three prompts' chunks
+    (the first on a cached context of 0-4,096 positions, as a long prompt's later chunks are), and
+    beside them the default grid's own mixed passes (the same shapes, to set cards side by side):
+    the served passes of 100-180 decodes beside a chunk run 4-5% over a form fitted on the default
+    grid's mixed passes, whose decodes are fewer and shorter."""
+    anchors = [s for s in default_shapes(max_batch, max_context, seed=seed) if s.group.startswith("mixed ")]
+    rng = random.Random(seed + 1)
+    top = min(8000, max_context)
+    shapes = []
+    for budget in MIXED_BUDGETS:
+        for b in MIXED_DECODES:
+            if b > max_batch or 2 * b > budget:
+                continue
+            for k in (1, rng.randint(2, 3)):
+                decodes = tuple((int(min(max(rng.lognormvariate(math.log(1000), 0.8), 16), top)), 1) for _ in range(b))
+                cuts = sorted(rng.sample(range(1, budget - b), k - 1))
+                sizes = [hi - lo for lo, hi in zip([0] + cuts, cuts + [budget - b])]
+                first = max(0, min(rng.choice((0, 512, 2048, 4096)), max_context - sizes[0]))
+                chunks = tuple((first if i == 0 else 0, n) for i, n in enumerate(sizes))
+                shapes.append(Shape(f"mixed served n{budget - b} b{b} k{k}", decodes + chunks))
+    return anchors + shapes
+
+
 def blocks_needed(shape: Shape, block_size: int) -> int:
     return sum(-(-(c + n) // block_size) for c, n in shape.seqs)
 

@@ -119,3 +119,31 @@ def test_a_mixtures_sweep_is_not_the_sweep_fit_reads(tmp_path, capsys):
     assert "no sweep under" in capsys.readouterr().err
     assert main(["sweep", "--grid", "mixtures", "--max-batch", "8", "--out", str(tmp_path)]) == 2
     assert "--grid mixtures times batches of 40 sequences and more; --max-batch is 8" in capsys.readouterr().err
+
+
+def test_the_mixed_grid_holds_served_mixed_passes_and_the_default_grids_own():
+    from calibrate.sweep import MIXED_BUDGETS, default_shapes, mixed_shapes
+    shapes = mixed_shapes(1024, 16384, seed=0)
+    own = [s for s in default_shapes(1024, 16384, seed=0) if s.group.startswith("mixed ")]
+    assert shapes[:len(own)] == own  # the calibration sweep's mixed passes, to set cards side by side
+    served = shapes[len(own):]
+    assert served and all(s.group.startswith("mixed served") for s in served)
+    for s in served:
+        decodes = [c for c, n in s.seqs if n == 1]
+        chunks = [(c, n) for c, n in s.seqs if n > 1]
+        assert sum(n for _, n in s.seqs) in MIXED_BUDGETS and 16 <= len(decodes) <= 256 and 1 <= len(chunks) <= 3
+        assert all(16 <= c <= 8000 for c in decodes) and all(c == 0 for c, _ in chunks[1:])
+    assert max(len([1 for _, n in s.seqs if n == 1]) for s in served) == 256
+
+
+def test_a_mixed_sweep_runs_on_the_cpu_and_is_not_the_sweep_fit_reads(tmp_path, capsys):
+    from calibrate.__main__ import main
+    from core.runstore import RunStore
+    assert main(["sweep", "--grid", "mixed", "--repeats", "1", "--max-batch", "16", "--max-context", "256",
+                 "--out", str(tmp_path)]) == 0
+    rows = RunStore(tmp_path / "calibration").rows()
+    assert [r["kind"] for r in rows] == ["sweep-mixed"]
+    passes = RunStore(tmp_path / "calibration").passes(rows[0]["run_id"])
+    assert passes and all(p.kind == "mixed" for p in passes)
+    assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
+    assert "no sweep under" in capsys.readouterr().err
