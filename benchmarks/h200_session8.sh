@@ -30,7 +30,8 @@ for part in "$@"; do
       run 300 python3 -m calibrate sweep --grid mixed --repeats 5 --out $R
       run 200 python3 benchmarks/replay_shapes.py ${RUNS:-results/continuous}/azure-cap-chunked-20261130T161406 --passes 600 \
         --json $R/replay-mixedgrid-azure-cap-chunked-20261130T161406.json
-      gzip $R/*.json ;;
+      gzip $R/*.json
+      tar czf $OUT/results.tgz -C $OUT results ;;  # (the sweep's run folder is deeper than the device tool returns)
     *) echo "unknown part $part" ;;
   esac
 done

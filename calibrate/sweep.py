@@ -165,13 +165,14 @@ def mixed_shapes(max_batch: int = 1024, max_context: int = 16384, seed: int = 0)
     beside them the default grid's own mixed passes (the same shapes, to set cards side by side):
     the served passes of 100-180 decodes beside a chunk run 4-5% over a form fitted on the default
     grid's mixed passes, whose decodes are fewer and shorter."""
-    anchors = [s for s in default_shapes(max_batch, max_context, seed=seed) if s.group.startswith("mixed ")]
+    anchors = [s for s in default_shapes(max_batch, max_context, seed=seed)
+               if s.group.startswith("mixed ") and len(s.seqs) <= max_batch]  # (a pass holds max_batch sequences at most)
     rng = random.Random(seed + 1)
     top = min(8000, max_context)
     shapes = []
     for budget in MIXED_BUDGETS:
         for b in MIXED_DECODES:
-            if b > max_batch or 2 * b > budget:
+            if b + 3 > max_batch or 2 * b > budget:
                 continue
             for k in (1, rng.randint(2, 3)):
                 decodes = tuple((int(min(max(rng.lognormvariate(math.log(1000), 0.8), 16), top)), 1) for _ in range(b))

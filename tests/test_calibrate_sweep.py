@@ -139,11 +139,12 @@ def test_the_mixed_grid_holds_served_mixed_passes_and_the_default_grids_own():
 def test_a_mixed_sweep_runs_on_the_cpu_and_is_not_the_sweep_fit_reads(tmp_path, capsys):
     from calibrate.__main__ import main
     from core.runstore import RunStore
-    assert main(["sweep", "--grid", "mixed", "--repeats", "1", "--max-batch", "16", "--max-context", "256",
+    assert main(["sweep", "--grid", "mixed", "--repeats", "1", "--max-batch", "20", "--max-context", "256",
                  "--out", str(tmp_path)]) == 0
     rows = RunStore(tmp_path / "calibration").rows()
     assert [r["kind"] for r in rows] == ["sweep-mixed"]
     passes = RunStore(tmp_path / "calibration").passes(rows[0]["run_id"])
-    assert passes and all(p.kind == "mixed" for p in passes)
+    assert passes and all(p.kind == "mixed" and len(p.new_tokens) <= 20 for p in passes)
+    assert any(len(p.new_tokens) > 16 for p in passes)  # served ones: 16 decodes beside their chunks
     assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
     assert "no sweep under" in capsys.readouterr().err
