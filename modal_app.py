@@ -9,7 +9,7 @@
 Each runs the same code as the local command line on an A10G (the seed's card): `main` is
 `python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
 continuous engine), `calibrate` is `python -m calibrate sweep` and `heat` followed, on your machine, by
-`python -m calibrate fit --schedule` (the committed H200 calibration's form) on the pulled-back
+`python -m calibrate fit --schedule --mixed` (the committed H200 calibration's form) on the pulled-back
 sweep. The function writes under a directory per invocation on the Modal volume
 `llm-serving-sim-results`; the local entrypoint pulls that directory back and adds its runs to
 `results/<engine>/` (never overwriting a run).
@@ -175,4 +175,4 @@ def calibrate(model: str = "qwen2.5-1.5b", repeats: int = 3):
 
     _run_and_pull("sweep", ["--model", model, "--repeats", str(repeats)])
     _run_and_pull("heat", ["--model", model])
-    fit_main(["--results", str(REPO / "results"), "--gpu", "a10g", "--schedule"])
+    fit_main(["--results", str(REPO / "results"), "--gpu", "a10g", "--schedule", "--mixed"])

@@ -2,15 +2,18 @@
 the kernel's programs list-scheduled in launch order, each fitted on the calibration sweep's
 passes alone and priced on open runs' passes timed again (`benchmarks/replay_shapes.py --json`).
 
-- `waves` (the committed form, `sim.calibrated`): the prefill regime's parameters as the
-  calibration file holds them: a pass's tiles in waves of the SMs, each wave a mean tile's walk
-  (`shared` of it past the first), never shorter than the longest tile;
+- `waves` (`sim.calibrated`'s form for prompt passes, and for mixed ones without `--mixed`): the
+  prefill regime's parameters as the calibration file holds them: a pass's tiles in waves of the
+  SMs, each wave a mean tile's walk (`shared` of it past the first), never shorter than the
+  longest tile;
 - `list`: the chunk-attention kernel's programs (`engine/kernels/prefill_attention.py`: a tile of
   `tile_tokens` tokens of one sequence, decode rows a tile each, a sequence's tiles last first,
   one KV head's tiles then the next's) over `prefill_wave` resident slots, each taking
   (blocks + r) * block_s, the next starting as one ends (`sim.schedule.makespan`, no bandwidth
   shared); with the regime's fixed time, weights or projections and per-sequence time, fitted by
-  the same soft_l1 least squares for each start r of a grid;
+  the same soft_l1 least squares for each start r of a grid (at the best r, the committed
+  calibration's `mixed` form: `python -m calibrate fit --mixed` fits it so and prices mixed
+  passes by it);
 - `joint`: the waves for passes of prompt tokens alone and the list schedule (a block time of its
   own) for mixed passes, the rest of the regime shared, fitted together the same way.
 
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", default="0,2,5,10", help="a program's start, in blocks' time (r)")
     args = ap.parse_args(argv)
     doc = json.loads(args.calibration.read_text())
+    doc["parameters"].pop("mixed", None)  # (every prompt and mixed pass by the waves, the forms set beside them)
     cost, sweep = CalibratedCost(doc, str(args.calibration)), doc["sweep"]
     files = args.files or sorted((ROOT / "results" / "calibration-replays").glob("replay-*.json.gz"))
     train = sweep_passes(cost, sweep)

@@ -191,7 +191,7 @@ def heat_main(argv: list[str]) -> int:
 
 
 def fit_main(argv: list[str]) -> int:
-    from calibrate.fit import (NO_SPREAD, constants, error_table, fit_params, fit_schedule, format_errors,
+    from calibrate.fit import (NO_SPREAD, constants, error_table, fit_mixed, fit_params, fit_schedule, format_errors,
                                format_params, group_of, held_out, mape, roofline_prior_error, skeleton, sweep_range,
                                waves_of)
     import numpy as np
@@ -215,6 +215,10 @@ def fit_main(argv: list[str]) -> int:
                    help="fit decode attention's spread term (sim.calibrated) on the pairs of the `calibrate sweep "
                         "--grid mixtures` runs of this GPU and model under RESULTS/calibration-mixtures (an error if "
                         "there are none); without it the term is 0")
+    p.add_argument("--mixed", action="store_true",
+                   help="price mixed passes run as CUDA graphs by their chunk attention's tiles list-scheduled "
+                        "(sim.calibrated's `mixed` form, fitted on the sweep's prompt and mixed passes) instead of "
+                        "the waves of a mean tile")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -256,7 +260,8 @@ def fit_main(argv: list[str]) -> int:
 
         def fit(qs):
             params = fit_params(qs, c, shape, spread)
-            return fit_schedule(qs, params, shape) if args.schedule else params
+            params = fit_schedule(qs, params, shape) if args.schedule else params
+            return fit_mixed(qs, params, shape) if args.mixed else params
 
         def predict_all(params, qs):
             return CalibratedCost(base | {"parameters": params}).predict_all(qs)

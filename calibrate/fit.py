@@ -362,6 +362,11 @@ def format_params(params: dict) -> str:
                 f"a block alone {d['schedule']['block_s'] * 1e6:.1f} us, a start {d['schedule']['start_s'] * 1e6:.1f} us"
                 if d.get("schedule") else ""),
              "  prefill  " + ", ".join(_show(k, params["prefill"][k]) for k in PREFILL)]
+    if params.get("mixed"):
+        q = params["mixed"]
+        lines.append("  mixed    tiles list-scheduled (sim.schedule): "
+                     + ", ".join(_show(k, q[k]) for k in ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s"))
+                     + f", a tile's start {q['start_s'] * 1e6:.1f} us")
     return "\n".join(lines)
 
 
@@ -419,3 +424,45 @@ def schedule_fit(passes: list[PassRecord], model: CalibratedCost) -> tuple[dict,
     fit = least_squares(residuals, np.log([SCHEDULE_START[k] for k in SCHEDULE]), loss="soft_l1",
                         f_scale=ROBUST_SCALE, max_nfev=100, diff_step=1e-3)
     return dict(zip(SCHEDULE, np.exp(fit.x).tolist())), graphs(attention(fit.x))
+
+
+MIXED_STARTS = (0.0, 1.0, 2.0, 3.0, 5.0)  # a tile's start, in block times, tried by `mixed_fit`
+
+
+def fit_mixed(passes: list[PassRecord], params: dict, model: CalibratedCost) -> dict:
+    """`params` with mixed passes priced by their chunk attention's tiles list-scheduled
+    (`CalibratedCost.listed`), fitted by `mixed_fit`."""
+    return copy.deepcopy(params) | {"mixed": mixed_fit(passes, model, params["prefill"])}
+
+
+def mixed_fit(passes: list[PassRecord], model: CalibratedCost, start: dict) -> dict:
+    """The list-scheduled form's rates (`sim.calibrated.MIXED`), fitted on the prompt and mixed
+    passes of `passes` run as graphs by least squares on relative error (soft_l1, as the rest),
+    from the waves' `start` rates, for each tile start of MIXED_STARTS: the best."""
+    rows = [p for p in passes if regime(p.new_tokens) == "prefill"
+            and not model.eager(bucket(sum(p.new_tokens), model.token_buckets))]
+    if sum(p.kind == "mixed" for p in rows) < MIN_PASSES["prefill"]:
+        raise ValueError(f"too few mixed passes run as CUDA graphs to fit their tiles' schedule "
+                         f"({sum(p.kind == 'mixed' for p in rows)}, need {MIN_PASSES['prefill']}): time decodes "
+                         f"beside prompt chunks of up to {model.token_buckets[-1] if model.token_buckets else 0} tokens")
+    seconds = np.array([p.duration_s for p in rows])
+    m = np.array([bucket(sum(p.new_tokens), model.token_buckets) for p in rows], float)
+    seqs = np.array([len(p.new_tokens) for p in rows], float)
+    unit = {"block_s": 1.0, "start_s": 0.0}
+    best = None
+    for r in MIXED_STARTS:
+        walk = np.array([model.listed_attention(p.new_tokens, p.context_lens, unit | {"start_s": r}) for p in rows])
+
+        def predict(theta, walk=walk):
+            fixed, wgbs, tflops, per_seq, block = np.exp(theta)
+            weights = model.weight_bytes / (wgbs * 1e9)
+            return fixed + np.maximum(weights, m * model.flops_per_token / (tflops * 1e12)) + block * walk + seqs * per_seq
+
+        theta0 = np.log([start[k] for k in ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s")])
+        fit = least_squares(lambda th: predict(th) / seconds - 1.0, theta0, loss="soft_l1", f_scale=ROBUST_SCALE,
+                            method="trf", max_nfev=3000)
+        if best is None or fit.cost < best[0]:
+            best = (fit.cost, r, np.exp(fit.x))
+    _, r, (fixed, wgbs, tflops, per_seq, block) = best
+    return {"fixed_s": float(fixed), "weight_gbs": float(wgbs), "matmul_tflops": float(tflops),
+            "per_seq_s": float(per_seq), "block_s": float(block), "start_s": float(r * block)}

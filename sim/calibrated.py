@@ -96,6 +96,19 @@ tiles of one sequence run longest first, so a list schedule's waves are near eve
 shorter than the longest tile; past the first wave, waves overlap (a tile starts as another
 ends, no barrier between them): `shared`, fitted, is the share of a lone wave's time each takes.
 
+A file may instead price mixed passes (decodes beside prompt tokens, run as a CUDA graph) by
+their chunk attention's tiles list-scheduled (`parameters.mixed`: `fixed_s`, `weight_gbs`,
+`matmul_tflops`, `per_seq_s`, `block_s`, `start_s`; `sim.schedule.chunk_tile_runs`): in a graph
+every row goes through the chunk-attention kernel, a decode a tile of its own walking its whole
+context, and the tiles of a mixed pass (a chunk's short and long ones, 100-250 decodes' of
+served contexts) are too uneven for the waves of a mean tile:
+
+    mixed = fixed_s + max(weights, projections) + block_s * makespan(tiles) + S * per_seq_s
+
+the tiles in launch order over `prefill_wave` resident, each taking (blocks + start_s / block_s)
+block times, the next starting as one ends. `python -m calibrate fit --mixed` fits it on the
+sweep's prompt and mixed passes run as graphs (a form of its own, beside the waves').
+
 Two optional fields are not a pass's own cost and are applied by the simulator's replica:
 "host" (`sim.host`: the engine's host time around passes it plans on an idle GPU, and when the
 next plan sees arrivals) and "heat" (`sim.heat`: how much recent prompt work slows a pass).
@@ -116,11 +129,12 @@ from typing import Sequence
 
 import numpy as np
 
+from core.records import pass_kind
 from core.roofline import GPUSpec
 from sim.heat import Heat
 from sim.host import HostTime
 from sim.noise import Noise
-from sim.schedule import makespan, program_runs
+from sim.schedule import chunk_tile_runs, makespan, program_runs
 from traces.trace import MAX_ARRIVAL_S
 
 FORMAT = "llm-sim-cost/v5"
@@ -141,6 +155,7 @@ DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail", "spread
 PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
 SCHEDULE = ("kv_gbs", "block_s", "start_s")  # decode attention of batches that fill the GPU, as scheduled
+MIXED = ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s", "start_s")  # mixed passes, tiles listed
 RANGE = ("pass_tokens", "decode_batch", "context")  # the sweep's largest shapes (`calibrate.fit.sweep_range`)
 
 
@@ -202,6 +217,10 @@ class CalibratedCost:
         if self.schedule and not (self.schedule["kv_gbs"] and self.schedule["block_s"]):
             raise ValueError(f"{source}: parameters.decode.schedule needs kv_gbs and block_s above 0")
         self.pp = self._values(p, "prefill", PREFILL)
+        # optional: mixed passes priced by the chunk kernel's tiles list-scheduled (sim.schedule)
+        self.mixed = self._values(p, "mixed", MIXED) if p.get("mixed") is not None else None
+        if self.mixed and not self.mixed["block_s"]:
+            raise ValueError(f"{source}: parameters.mixed.block_s must be above 0")
         # optional: the largest shapes the sweep timed; passes priced beyond them are counted
         self.range = {k: self._whole(v, f"range.{k}") for k, v in (d.get("range") or {}).items() if k in RANGE}
         self.extrapolated: dict[str, list[int]] = {}  # limit -> [passes beyond it, the largest value]
@@ -387,10 +406,26 @@ class CalibratedCost:
         self._beyond("pass_tokens", tokens)
         self._beyond("context", max(c + n for c, n in zip(context_lens, new_tokens)))
         m = bucket(tokens, self.token_buckets)
+        if self.mixed is not None and not self.eager(m) and pass_kind(new_tokens, context_lens) == "mixed":
+            return self.listed(m, new_tokens, context_lens, self.mixed)
         weights = self._rate(self.weight_bytes, 1.0, p["weight_gbs"], 1e9)
         projections = self._rate(m, self.flops_per_token, p["matmul_tflops"], 1e12)
         return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
                 + S * p["per_seq_s"] + (p["eager_s"] if self.eager(m) else 0.0))
+
+    def listed(self, m: int, new_tokens: Sequence[int], context_lens: Sequence[int], q: dict) -> float:
+        """A pass of m tokens (padded) priced with its chunk attention's tiles list-scheduled
+        (`mixed`'s form, the rates `q`)."""
+        weights = self._rate(self.weight_bytes, 1.0, q["weight_gbs"], 1e9)
+        projections = self._rate(m, self.flops_per_token, q["matmul_tflops"], 1e12)
+        return q["fixed_s"] + max(weights, projections) + self.listed_attention(new_tokens, context_lens, q) \
+            + len(new_tokens) * q["per_seq_s"]
+
+    def listed_attention(self, new_tokens: Sequence[int], context_lens: Sequence[int], q: dict) -> float:
+        """Chunk attention as its tiles run: in launch order over `prefill_wave` resident, each
+        (blocks * block_s + start_s) (`sim.schedule.makespan`, no bandwidth shared)."""
+        runs = chunk_tile_runs(new_tokens, context_lens, self.tile_tokens, self.block_n, self.kv_heads)
+        return q["block_s"] * makespan(runs, math.inf, 1.0, q["start_s"] / q["block_s"], self.prefill_wave)
 
     def fills(self, S: int) -> bool:
         """Whether a decode pass of S sequences fills the GPU: its padded batch gets the big slicing
@@ -530,6 +565,9 @@ class CalibratedCost:
             out.schedule = dict(self.schedule, kv_gbs=self.schedule["kv_gbs"] * bw, block_s=self.schedule["block_s"] / bw)
         out.pp = dict(self.pp, weight_gbs=self.pp["weight_gbs"] * bw, matmul_tflops=self.pp["matmul_tflops"] * fl,
                       block_s=self.pp["block_s"] / fl)
+        if self.mixed is not None:
+            out.mixed = dict(self.mixed, weight_gbs=self.mixed["weight_gbs"] * bw,
+                             matmul_tflops=self.mixed["matmul_tflops"] * fl, block_s=self.mixed["block_s"] / fl)
         out.gpu, out.free_gib, out.kv_blocks = f"{gpu.name} (projected from {self.gpu})", None, None
         out.heat = Heat()  # the measured card's power behaviour, not the other's
         return out

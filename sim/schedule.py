@@ -77,3 +77,22 @@ def makespan(runs: Sequence[tuple[int, int]], bandwidth: float, block_s: float, 
         done = end
         free = ends.pop(end)
         running -= free
+
+
+def chunk_tile_runs(new_tokens: Sequence[int], context_lens: Sequence[int], tile_tokens: int, block_n: int,
+                    kv_heads: int) -> list[tuple[int, int]]:
+    """The chunk-attention kernel's programs (`engine/kernels/prefill_attention.py`) in launch order
+    as runs of (blocks, how many): a tile of `tile_tokens` query tokens of one sequence and one KV
+    head, a decode row a tile of its own; a sequence's tiles last first (the most keys), each
+    reading its tokens' context and chunk up to its last token in blocks of `block_n`; one KV
+    head's tiles, then the next's."""
+    runs: list[list[int]] = []
+    for n, c in zip(new_tokens, context_lens):
+        tiles = -(-n // tile_tokens)
+        for k in range(tiles, 0, -1):
+            blocks = -(-(c + min(k * tile_tokens, n)) // block_n)
+            if runs and runs[-1][0] == blocks:
+                runs[-1][1] += 1
+            else:
+                runs.append([blocks, 1])
+    return [(b, k) for b, k in runs] * kv_heads

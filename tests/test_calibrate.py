@@ -15,6 +15,7 @@ from calibrate.sweep import default_shapes, mixture_shapes  # noqa: E402
 from core.config import get_preset  # noqa: E402
 from core.records import PassRecord, pass_kind  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
+from sim.calibrated import MIXED, bucket  # noqa: E402
 from sim.cost import FORMAT, CalibratedCost, parse_cost  # noqa: E402
 
 MODEL = get_preset("qwen2.5-1.5b")
@@ -123,7 +124,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     mixtures.write_run("sweep-mixtures-x", mixture_passes(truth), [], meta | {"run_id": "sweep-mixtures-x"})
     other = mixture_passes(with_spread(TRUE, {"small": 1e-6, "big": 0.0}))  # another card's: not read
     mixtures.write_run("sweep-mixtures-y", other, [], meta | {"run_id": "sweep-mixtures-y", "gpu": "NVIDIA A10"})
-    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--spread", "--schedule"]) == 0
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--spread", "--schedule", "--mixed"]) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and "matmul" in out and "TFLOP/s" in out and "the roofline alone" in out
     assert "spread term: fitted on 50 pairs" in out
@@ -131,6 +132,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     assert doc["spread_fitted_on"] == ["sweep-mixtures-x"]
     decode = doc["parameters"]["decode"]
     assert set(decode["schedule"]) == {"kv_gbs", "block_s", "start_s"} and "as scheduled (sim.schedule)" in out
+    assert set(doc["parameters"]["mixed"]) == set(MIXED) and "tiles list-scheduled" in out
     assert decode["spread_from"] == 24.0
     # (the form the term is fitted against is itself fitted on passes scattered by 0.5%, which moves
     # a pair's difference of a few percent of its time by a tenth or so of itself)
@@ -232,3 +234,23 @@ def test_the_schedule_of_full_batches_is_recovered_from_their_passes():
     assert len(full) > 50
     with pytest.raises(ValueError, match="too few decode passes of batches that fill the GPU"):
         fit_schedule([p for p in passes if p not in full], params, SHAPE)
+
+
+def test_the_mixed_passes_tiles_schedule_is_recovered_from_the_sweeps_passes():
+    """mixed_fit finds the list-scheduled form's rates that timed the sweep's prompt and mixed
+    passes (run as graphs), the tile's start among MIXED_STARTS."""
+    from calibrate.fit import fit_mixed, mixed_fit
+    truth = {"fixed_s": 1.2e-3, "weight_gbs": 5400.0, "matmul_tflops": 830.0, "per_seq_s": 5e-6, "block_s": 5e-5,
+             "start_s": 1e-4}
+    cost = CalibratedCost(BASE | {"parameters": TRUE | {"mixed": truth}})
+    passes = [p for p in synthetic_passes(repeats=1) if p.kind != "decode"
+              and not cost.eager(bucket(sum(p.new_tokens), cost.token_buckets))]
+    for p in passes:  # every one of them timed by the list-scheduled form
+        p.duration_s = cost.listed(bucket(sum(p.new_tokens), cost.token_buckets), p.new_tokens, p.context_lens, truth)
+    assert sum(p.kind == "mixed" for p in passes) >= 12
+    got = mixed_fit(passes, SHAPE, TRUE["prefill"])
+    assert got == pytest.approx(truth, rel=0.01)
+    params = fit_mixed(passes, TRUE, SHAPE)
+    assert params["mixed"] == got and params["prefill"] == TRUE["prefill"]
+    with pytest.raises(ValueError, match="too few mixed passes run as CUDA graphs"):
+        mixed_fit([p for p in passes if p.kind != "mixed"], SHAPE, TRUE["prefill"])

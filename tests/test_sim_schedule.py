@@ -126,3 +126,49 @@ def test_a_broken_schedule_is_refused(bad, message):
     d["parameters"]["decode"]["schedule"] = [1, 2, 3]
     with pytest.raises(ValueError, match="decode.schedule must be an object"):
         CalibratedCost(json.loads(json.dumps(d)))
+
+
+def test_the_chunk_kernels_tiles_launch_last_first_and_head_by_head():
+    from sim.schedule import chunk_tile_runs
+    # tiles of 4 tokens, blocks of 8 positions: a decode on 20 cached, a chunk of 10 on 6 cached
+    runs = chunk_tile_runs([1, 10], [20, 6], 4, 8, 2)
+    # the decode: ceil(21 / 8) = 3 blocks; the chunk's tiles, last first: to 16, 14 and 10 positions
+    assert runs == [(3, 1), (2, 3)] * 2
+
+
+def mixed_cost(**rates) -> CalibratedCost:
+    d = calibration()
+    d["parameters"]["mixed"] = {"fixed_s": 9e-4, "weight_gbs": 5000.0, "matmul_tflops": 800.0, "per_seq_s": 4e-6,
+                                "block_s": 5e-5, "start_s": 1e-4, **rates}
+    return CalibratedCost(json.loads(json.dumps(d)))
+
+
+def test_a_mixed_form_prices_mixed_passes_by_their_tiles_and_leaves_the_rest():
+    from sim.schedule import chunk_tile_runs
+    cost, plain = mixed_cost(), CalibratedCost(calibration())
+    new, ctx = [1] * 40 + [300], [900] * 20 + [3000] * 20 + [0]
+    q = cost.mixed
+    tiles = makespan(chunk_tile_runs(new, ctx, cost.tile_tokens, cost.block_n, cost.kv_heads), float("inf"),
+                     q["block_s"], q["start_s"], cost.prefill_wave)
+    m = 512  # 340 tokens, padded to the graph's
+    expected = (q["fixed_s"] + max(cost.weight_bytes / 5000e9, m * cost.flops_per_token / 800e12) + tiles + 41 * 4e-6)
+    assert cost.pass_time(new, ctx) == pytest.approx(expected, rel=1e-12)
+    # the longest decode's walk bounds it: 3,001 positions are 47 blocks, a start beside them
+    assert tiles >= 47 * 5e-5 + 1e-4
+    assert cost.pass_time([300], [0]) == plain.pass_time([300], [0])  # prompts: the waves
+    assert cost.pass_time([1] * 8, [900] * 8) == plain.pass_time([1] * 8, [900] * 8)  # decodes: their form
+    eager = [1] * 4 + [2000]  # past the largest token bucket (1,024): no graph, the waves
+    assert cost.pass_time(eager, [900] * 4 + [0]) == plain.pass_time(eager, [900] * 4 + [0])
+    # projected to another card: arithmetic by the arithmetic ratio, as the waves' chunk attention
+    from sim.cost import gpu_preset
+    _, h200 = gpu_preset("NVIDIA H200")
+    _, a10 = gpu_preset("NVIDIA A10")
+    moved = cost.projected(a10, h200)
+    assert moved.mixed["block_s"] == pytest.approx(q["block_s"] * h200.fp16_tflops / a10.fp16_tflops)
+
+
+def test_a_broken_mixed_form_is_refused():
+    with pytest.raises(ValueError, match="parameters.mixed.block_s must be above 0"):
+        mixed_cost(block_s=0.0)
+    with pytest.raises(ValueError, match="mixed.start_s must be a finite number"):
+        mixed_cost(start_s=-1.0)
