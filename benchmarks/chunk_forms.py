@@ -46,25 +46,11 @@ from core.runstore import RunStore  # noqa: E402
 from replay_priced import own_heat  # noqa: E402
 from sim.calibrated import CalibratedCost, bucket  # noqa: E402
 from sim.heat import factors  # noqa: E402
-from sim.schedule import makespan  # noqa: E402
+from sim.schedule import chunk_tile_runs, makespan  # noqa: E402
 
 COLUMN = "sweep, own order"
 LIST_PARAMS = ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s")
 JOINT_PARAMS = LIST_PARAMS + ("program_s", "shared", "list_block_s")
-
-
-def tile_runs(new_tokens, context_lens, tile: int, block_n: int, kv_heads: int) -> list[tuple[int, int]]:
-    """The kernel's programs in launch order as runs of (blocks, how many)."""
-    runs: list[list[int]] = []
-    for n, c in zip(new_tokens, context_lens):
-        tiles = -(-n // tile)
-        for local in range(tiles):  # last tile first: the most keys
-            blocks = -(-(c + min((tiles - local) * tile, n)) // block_n)
-            if runs and runs[-1][0] == blocks:
-                runs[-1][1] += 1
-            else:
-                runs.append([blocks, 1])
-    return [(b, k) for b, k in runs] * kv_heads
 
 
 def sweep_passes(cost, sweep: str) -> list[tuple]:
@@ -101,7 +87,7 @@ class Forms:
         self.m = np.array([bucket(sum(n), cost.token_buckets) for n, *_ in items], float)
         self.seqs = np.array([len(n) for n, *_ in items], float)
         self.mixed = np.array([k == "mixed" for *_, k in items])
-        self.walk = np.array([[makespan(tile_runs(n, c, cost.tile_tokens, cost.block_n, cost.kv_heads), 1e30, 1.0, r,
+        self.walk = np.array([[makespan(chunk_tile_runs(n, c, cost.tile_tokens, cost.block_n, cost.kv_heads), 1e30, 1.0, r,
                                         cost.prefill_wave) for r in starts] for n, c, *_ in items])
         self.P, self.work, self.crit, self.waves = np.array([cost.chunk_waves(n, c) for n, c, *_ in items], float).T
 
