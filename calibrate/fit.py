@@ -27,7 +27,7 @@ from scipy.optimize import least_squares
 
 from core.config import ModelConfig
 from core.records import PassRecord
-from sim.calibrated import (DECODE1, DECODE_ATTENTION, FORMAT, PREFILL, SCHEDULE, UNITS, CalibratedCost, bucket,
+from sim.calibrated import (DECODE1, DECODE_ATTENTION, FORMAT, MIXED, PREFILL, SCHEDULE, UNITS, CalibratedCost, bucket,
                             regime)
 from sim.cost import RooflineCost
 
@@ -365,7 +365,7 @@ def format_params(params: dict) -> str:
     if params.get("mixed"):
         q = params["mixed"]
         lines.append("  mixed    tiles list-scheduled (sim.schedule): "
-                     + ", ".join(_show(k, q[k]) for k in ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s"))
+                     + ", ".join(_show(k, q[k]) for k in MIXED_RATES)
                      + f", a tile's start {q['start_s'] * 1e6:.1f} us")
     return "\n".join(lines)
 
@@ -427,6 +427,7 @@ def schedule_fit(passes: list[PassRecord], model: CalibratedCost) -> tuple[dict,
 
 
 MIXED_STARTS = (0.0, 1.0, 2.0, 3.0, 5.0)  # a tile's start, in block times, tried by `mixed_fit`
+MIXED_RATES = tuple(k for k in MIXED if k != "start_s")  # fitted by least squares at each start
 
 
 def fit_mixed(passes: list[PassRecord], params: dict, model: CalibratedCost) -> dict:
@@ -441,9 +442,10 @@ def mixed_fit(passes: list[PassRecord], model: CalibratedCost, start: dict) -> d
     from the waves' `start` rates, for each tile start of MIXED_STARTS: the best."""
     rows = [p for p in passes if regime(p.new_tokens) == "prefill"
             and not model.eager(bucket(sum(p.new_tokens), model.token_buckets))]
-    if sum(p.kind == "mixed" for p in rows) < MIN_PASSES["prefill"]:
+    mixed = sum(p.kind == "mixed" for p in rows)
+    if mixed < MIN_PASSES["prefill"]:
         raise ValueError(f"too few mixed passes run as CUDA graphs to fit their tiles' schedule "
-                         f"({sum(p.kind == 'mixed' for p in rows)}, need {MIN_PASSES['prefill']}): time decodes "
+                         f"({mixed}, need {MIN_PASSES['prefill']}): time decodes "
                          f"beside prompt chunks of up to {model.token_buckets[-1] if model.token_buckets else 0} tokens")
     seconds = np.array([p.duration_s for p in rows])
     m = np.array([bucket(sum(p.new_tokens), model.token_buckets) for p in rows], float)
@@ -458,11 +460,11 @@ def mixed_fit(passes: list[PassRecord], model: CalibratedCost, start: dict) -> d
             weights = model.weight_bytes / (wgbs * 1e9)
             return fixed + np.maximum(weights, m * model.flops_per_token / (tflops * 1e12)) + block * walk + seqs * per_seq
 
-        theta0 = np.log([start[k] for k in ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s")])
+        theta0 = np.log([start[k] for k in MIXED_RATES])
         fit = least_squares(lambda th: predict(th) / seconds - 1.0, theta0, loss="soft_l1", f_scale=ROBUST_SCALE,
                             method="trf", max_nfev=3000)
         if best is None or fit.cost < best[0]:
             best = (fit.cost, r, np.exp(fit.x))
-    _, r, (fixed, wgbs, tflops, per_seq, block) = best
-    return {"fixed_s": float(fixed), "weight_gbs": float(wgbs), "matmul_tflops": float(tflops),
-            "per_seq_s": float(per_seq), "block_s": float(block), "start_s": float(r * block)}
+    _, r, rates = best
+    out = dict(zip(MIXED_RATES, rates.tolist()))
+    return out | {"start_s": r * out["block_s"]}
