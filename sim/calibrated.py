@@ -100,7 +100,7 @@ A file may instead price mixed passes (decodes beside prompt tokens, run as a CU
 their chunk attention's tiles list-scheduled (`parameters.mixed`: `fixed_s`, `weight_gbs`,
 `matmul_tflops`, `per_seq_s`, `block_s`, `start_s`; `sim.schedule.chunk_tile_runs`): in a graph
 every row goes through the chunk-attention kernel, a decode a tile of its own walking its whole
-context, and the tiles of a mixed pass (a chunk's short and long ones, 100-250 decodes' of
+context, and the tiles of a mixed pass (a chunk's short and long ones, 100-250 decodes of
 served contexts) are too uneven for the waves of a mean tile:
 
     mixed = fixed_s + max(weights, projections) + block_s * makespan(tiles) + S * per_seq_s
@@ -408,18 +408,22 @@ class CalibratedCost:
         m = bucket(tokens, self.token_buckets)
         if self.mixed is not None and not self.eager(m) and pass_kind(new_tokens, context_lens) == "mixed":
             return self.listed(m, new_tokens, context_lens, self.mixed)
-        weights = self._rate(self.weight_bytes, 1.0, p["weight_gbs"], 1e9)
-        projections = self._rate(m, self.flops_per_token, p["matmul_tflops"], 1e12)
-        return (p["fixed_s"] + max(weights, projections) + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
+        return (p["fixed_s"] + self.weights_or_projections(m, p)
+                + self.chunk_attention(*self.chunk_waves(new_tokens, context_lens))
                 + S * p["per_seq_s"] + (p["eager_s"] if self.eager(m) else 0.0))
+
+    def weights_or_projections(self, m: int, rates: dict) -> float:
+        """A pass of m tokens' (padded) weight read or its projections' arithmetic, whichever is
+        longer, at `rates`' weight_gbs and matmul_tflops."""
+        weights = self._rate(self.weight_bytes, 1.0, rates["weight_gbs"], 1e9)
+        projections = self._rate(m, self.flops_per_token, rates["matmul_tflops"], 1e12)
+        return max(weights, projections)
 
     def listed(self, m: int, new_tokens: Sequence[int], context_lens: Sequence[int], q: dict) -> float:
         """A pass of m tokens (padded) priced with its chunk attention's tiles list-scheduled
         (`mixed`'s form, the rates `q`)."""
-        weights = self._rate(self.weight_bytes, 1.0, q["weight_gbs"], 1e9)
-        projections = self._rate(m, self.flops_per_token, q["matmul_tflops"], 1e12)
-        return q["fixed_s"] + max(weights, projections) + self.listed_attention(new_tokens, context_lens, q) \
-            + len(new_tokens) * q["per_seq_s"]
+        return (q["fixed_s"] + self.weights_or_projections(m, q) + self.listed_attention(new_tokens, context_lens, q)
+                + len(new_tokens) * q["per_seq_s"])
 
     def listed_attention(self, new_tokens: Sequence[int], context_lens: Sequence[int], q: dict) -> float:
         """Chunk attention as its tiles run: in launch order over `prefill_wave` resident, each
