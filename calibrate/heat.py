@@ -148,7 +148,7 @@ def repeat_scatter(passes: list[PassRecord]) -> float:
     return robust_sigma([d / float(np.median(times)) for times in by_shape.values() if len(times) > 1 for d in times])
 
 
-CHECKED = ("serving",)  # heat-run sequences held out of the fit: the model is checked on them
+CHECKED = ("serving", "serving chunked")  # heat-run sequences held out of the fit: the model is checked on them
 
 
 def fit_response(passes: list[PassRecord], marks: list[dict], checked=CHECKED) -> tuple[Heat, dict]:

@@ -24,7 +24,10 @@ prompt pass, nor how fast the card recovers. Here, each after a rest of `rest_s`
 - `serving`:  200 times a 4,096-token prompt pass followed by 10 decode passes of 256 sequences
               on 1,024 cached positions (15-19 s on the H200), as a saturated engine alternates
               them: whether the slow-down keeps growing past the bursts' 2 s; the fit holds it out
-              and prices it (`calibrate.heat.CHECKED`).
+              and prices it (`calibrate.heat.CHECKED`);
+- `serving chunked`: 200 times the `mixed 60, b256` pass followed by 2 decode passes of its 256
+              sequences, as a saturated engine's chunked prefill alternates them (its mixed passes
+              beside the decode batches of requests with no prompt left), held out and priced alike.
 
 Every segment `repeats` times, round-robin; passes launched as the serving loop launches them
 (`run_sweep(launch="served")`), timed with CUDA events, start times on one clock for the run.
@@ -69,6 +72,7 @@ def segments(scale: float = 1.0, probe: Shape = PROBE, prompt: Shape = PROMPT, b
             ("mixed 60, b256", [mixed_big] * n(60) + [probe] * n(400)), (sustained.group, [sustained] * n(300))]
     out += [(f"after 30, {d.group.removeprefix('decode ')}", [prompt] * n(30) + [d] * n(300)) for d in decodes]
     out += [("serving", ([prompt] + [decodes[1]] * 10) * n(200))]
+    out += [("serving chunked", ([mixed_big] + [sustained] * 2) * n(200))]
     return out
 
 
