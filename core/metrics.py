@@ -19,6 +19,7 @@ One function, `compute_metrics`, serves real runs and simulated runs alike:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -184,6 +185,23 @@ def compute_metrics(records: RequestTable | Iterable[RequestRecord], slos: dict[
         itl=itl, e2el=Distribution.of(e2els, percentiles),
         preemptions=int(t.preemptions.sum()), **stages,
     )
+
+
+def format_rejections(records: RequestTable | Iterable[RequestRecord], examples: int = 3) -> str | None:
+    """Why requests were refused (None: none were): one line per kind of reason (reasons alike
+    but for their numbers), its count, its first request's reason in full and the first ids."""
+    t = records if isinstance(records, RequestTable) else RequestTable.from_records(records)
+    if not t.rejected:
+        return None
+    kinds: dict[str, list[int]] = {}
+    for row in sorted(t.rejected):
+        kinds.setdefault(re.sub(r"\d+", "#", t.rejected[row]), []).append(row)
+    lines = []
+    for rows in kinds.values():
+        ids = ", ".join(t.ids(r, r + 1)[0] for r in rows[:examples]) + (", ..." if len(rows) > examples else "")
+        lines.append(f"{len(rows):,} request{'s' if len(rows) > 1 else ''} rejected ({ids}): "
+                     f"{'e.g. ' if len(rows) > 1 else ''}{t.rejected[rows[0]]}")
+    return "\n".join(lines)
 
 
 def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:

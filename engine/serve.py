@@ -31,7 +31,7 @@ from tqdm import tqdm
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, goodput_slo, number
 from core.config import ModelConfig, get_preset
 from core.kv import BlockPool
-from core.metrics import compute_metrics, parse_goodput
+from core.metrics import compute_metrics, format_rejections, parse_goodput
 from core.roofline import GIB
 from core.routers import ROUTERS
 from core.runstore import OpenRunWriter, RunStore
@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
               f"GPU idle between passes p50 {row.get('median_gap_us') or 0:.0f} us"
               f"{(', requests per replica ' + str(extra['requests_per_replica'])) if router else ''}"
               f"{' (interrupted)' if result.interrupted else ''}")
+        if refused := format_rejections(result.requests):
+            print(refused, file=sys.stderr)
         if result.interrupted:
             interrupted = True
             break

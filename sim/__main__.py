@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from core.cli import ArgumentParser, goodput_slo
-from core.metrics import compute_metrics, format_metrics, format_replications, parse_goodput, summarize_replications
+from core.metrics import (compute_metrics, format_metrics, format_rejections, format_replications, parse_goodput,
+                          summarize_replications)
 from core.records import records_to_csv, write_jsonl
 from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
@@ -114,6 +115,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"({result.prefix_hit_tokens / max(1, metrics.total_input_tokens):.1%} of all prompt tokens)")
             if result.extrapolated:
                 print(f"note: {result.extrapolated}", file=sys.stderr)
+            if refused := format_rejections(result.table):
+                print(refused, file=sys.stderr)
     if args.replications > 1:
         print(format_replications(summarize_replications(rows), args.replications))
     if args.out is not None:
@@ -128,7 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     """The metrics table of records a run wrote, in any of the formats `--format` writes."""
     slos = parse_goodput(args.goodput)
-    print(format_metrics(compute_metrics(read_requests(args.run), slos), f" {args.run} "))
+    records = read_requests(args.run)
+    print(format_metrics(compute_metrics(records, slos), f" {args.run} "))
+    if refused := format_rejections(records):
+        print(refused, file=sys.stderr)
     return 0
 
 

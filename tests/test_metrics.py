@@ -71,3 +71,13 @@ def test_goodput_counts_requests_meeting_every_slo():
     b = served("b", 0.5, [0.8, 0.9])             # TTFT 300 ms, TPOT 100 ms
     slos = parse_goodput(["ttft:200", "tpot:200"])  # seconds
     assert compute_metrics([a, b], slos).goodput == pytest.approx(1 / 0.9)
+
+
+def test_rejections_are_told_by_kind_of_reason_with_their_first_ids():
+    from core.metrics import format_rejections
+    assert format_rejections([served("a", 0.0, [0.1])]) is None
+    refused = [RequestRecord(f"r{i}", i, 10**5 + i, 5, rejected=f"prompt {10**5 + i} exceeds max_model_len 32768")
+               for i in range(5)] + [RequestRecord("k", 9.0, 10, 5, rejected="no KV blocks")]
+    lines = format_rejections(refused).splitlines()
+    assert lines == ["5 requests rejected (r0, r1, r2, ...): e.g. prompt 100000 exceeds max_model_len 32768",
+                     "1 request rejected (k): no KV blocks"]

@@ -206,3 +206,15 @@ def test_a_scaled_calibration_keeps_the_memory_the_calibrated_engine_had(trace_c
         assert main(["run", "--trace", str(trace_csv), "--cost", cost, *extra]) == 2
         err = capsys.readouterr().err
         assert "the KV memory of NVIDIA H200 (0.001 GiB) holds" in err, err
+
+
+def test_requests_longer_than_the_context_are_rejected_and_said_why(tmp_path, capsys):
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100000,10\n0.1,100,5\n0.2,40000,3\n0.3,50,2\n")
+    assert main(["run", "--trace", str(trace), "--out", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    assert "Successful requests:                    2" in out and "Rejected requests:                      2" in out
+    # one line for the kind of reason, how many, which requests, and the first one's numbers
+    assert "2 requests rejected (0, 2): e.g. prompt 100000 + output 10 = 100010 tokens exceeds max_model_len" in err
+    assert main(["metrics", str(tmp_path / "out")]) == 0  # the records keep the reasons
+    assert "2 requests rejected (0, 2)" in capsys.readouterr().err
