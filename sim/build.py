@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from core.config import PRESETS, get_preset
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
-from core.roofline import get_gpu
+from core.roofline import GIB, get_gpu
 from core.routers import ROUTERS, make_router
 from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
 from sim.cost import parse_cost
@@ -239,6 +239,15 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
                          f"{spec.block_size}), fewer than one request of --max-model-len {max_model_len:,}: give the "
                          "cache more memory (--kv-blocks, --kv-gib) or lower --max-model-len")
     kv_bytes = model.kv_bytes_per_token()
+    if spec.kv_gib is not None or spec.kv_blocks:  # a cache the user sized: it must fit beside the weights
+        cache_gib = num_blocks * spec.block_size * kv_bytes / GIB
+        weights_gib = model.weight_bytes_read_per_pass() / GIB
+        card_gib = gpu.memory_gb * 1e9 / GIB
+        if cache_gib + weights_gib > card_gib:
+            given = f"--kv-blocks {spec.kv_blocks:,}" if spec.kv_blocks else f"--kv-gib {spec.kv_gib:g}"
+            raise ValueError(f"{given} ({cache_gib:,.1f} GiB of KV cache) and {spec.model}'s weights ({weights_gib:.1f} "
+                             f"GiB) do not fit in {gpu.name}'s {card_gib:.1f} GiB: at most "
+                             f"{max(0.0, card_gib - weights_gib):.1f} GiB of cache")
     swap_link = SwapLink(kv_bytes, spec.swap_gbs * 1e9) if spec.preemption == "swap" else None
 
     def kv() -> BlockPool:

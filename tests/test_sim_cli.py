@@ -66,6 +66,9 @@ def test_run_with_a_calibration_file(trace_csv, tmp_path, capsys):
     (["--kv-blocks", "100"], "--kv-blocks 100 holds 1,600 tokens (100 blocks of --block-size 16), fewer than one "
                              "request of --max-model-len 32,768"),
     (["--kv-gib", "1e-300"], "--kv-gib 1e-300 holds 0 tokens"),
+    (["--kv-gib", "500"], "--kv-gib 500 (500.0 GiB of KV cache) and qwen2.5-1.5b's weights (2.9 GiB) do not fit in "
+                          "NVIDIA H200's 131.3 GiB: at most 128.4 GiB of cache"),
+    (["--kv-blocks", "10000000", "--cost", "roofline:a10"], "do not fit in NVIDIA A10's 22.4 GiB"),
     (["--block-size", "1000000000000"], "the KV memory of NVIDIA H200 holds 0 tokens"),
     (["--disaggregate", "two"], "expected P:D"),
     (["--seed", "-1", "--rate", "5"], "--seed must be at least 0, got -1"),
