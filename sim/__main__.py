@@ -208,7 +208,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from sim.compare import REPEATS, charts, error_rows, repeat_rows, report_page, run_compare, select_runs, targets
+    from sim.compare import charts, error_rows, measured_rows, report_page, run_compare, select_runs, targets
 
     # a subset of the runs never replaces the whole report: --only writes under out/ unless told where
     out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
@@ -224,7 +224,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             bar.update(i - bar.n)
         comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds,
                                   cost_error=args.cost_error)
-    checks = targets(comparisons, repeat_rows(args.results))
+    checks = targets(comparisons, measured_rows(args.results))
     out.mkdir(parents=True, exist_ok=True)
     errors = pd.DataFrame(error_rows(comparisons))
     errors.to_csv(out / "errors.csv", index=False)
@@ -238,7 +238,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"TTFT, TPOT, E2EL; above: queue growth within 10%)")
     repeated = [t for t in checks if "met_against_range" in t]
     if repeated:
-        print(f"runs below saturation measured again (results/{REPEATS}): {len(repeated)}; targets met against the "
+        print(f"runs below saturation measured more than once (results/continuous, continuous-repeats): "
+              f"{len(repeated)}; targets met against the "
               f"range of the real runs of the same setup (no error between them), at each metric and percentile, "
               f"on {sum(t['met_against_range'] for t in repeated)}")
     moved = [t for t in checks if "met_within_cost_error" in t]
@@ -294,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)",
                          description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
                                      "policy, limits, replicas) and write the error table, the targets and a report "
-                                     "page; runs measured again under RESULTS/continuous-repeats give each run the "
-                                     "engine's own spread and the error against the real runs' range.")
+                                     "page; runs of one setup measured more than once (under RESULTS/continuous, or again under "
+                                     "RESULTS/continuous-repeats) give each run the engine's own spread and the error "
+                                     "against the real runs' range.")
     cmp.add_argument("--results", type=Path, default=REPO / "results",
                      help="where the engine's runs are (continuous/, and continuous-repeats/ if present)")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")

@@ -11,8 +11,9 @@ the cost model on the run's own passes (predicted against measured durations), t
 idle time between passes (which the simulator does not have), preemptions, and what is left
 (queueing). Writes OUT/errors.csv, OUT/report.html (one page, opens from disk) and the charts.
 
-Where the same run was measured again (results/continuous-repeats/: the same workload, policy and
-limits on another GPU or another day), the real runs' own spread is set beside the simulator's
+Where the same run was measured again (a run of the same setup under results/continuous/ itself,
+or under results/continuous-repeats/: the same workload, policy and limits on another GPU or
+another day), the real runs' own spread is set beside the simulator's
 error, and the simulator is also held to the range the real runs span (no error between them): it
 cannot be held closer to one real run than the engine is to itself.
 
@@ -288,6 +289,12 @@ def repeat_rows(results: Path) -> list[dict]:
     """The rows of the runs measured again (results/continuous-repeats), none if there are none."""
     store = RunStore(results / REPEATS)
     return [r for r in store.rows() if r.get("status") == "ok"] if store.rows_path.exists() else []
+
+
+def measured_rows(results: Path) -> list[dict]:
+    """Every good open run's row, under results/continuous and results/continuous-repeats: among
+    them, `repeats_of` finds a run's repeats (runs of one setup under continuous/ repeat each other)."""
+    return engine_runs(results) + repeat_rows(results)
 
 
 def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:

@@ -84,6 +84,29 @@ def test_cli_writes_the_report_and_tables(tmp_path):
     assert "<img" in (out / "report.html").read_text() or "<svg" in (out / "report.html").read_text()
 
 
+def test_runs_of_one_setup_under_continuous_are_each_others_repeats(tmp_path, capsys):
+    """A second run of the fixture's setup under continuous/ (its records, 10% slower at every
+    moment) is a repeat of the first, and the first of it: no continuous-repeats/ needed."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    store = results / "continuous"
+    (row,) = [json.loads(line) for line in open(store / "runs.jsonl")]
+    again = dict(row, run_id=row["run_id"] + "-again",
+                 **{k: v * 1.1 for k, v in row.items() if k.endswith("_ms") and isinstance(v, float)})
+    shutil.copytree(store / row["run_id"], store / again["run_id"])
+    with open(store / "runs.jsonl", "a") as f:
+        f.write(json.dumps(again) + "\n")
+    out = tmp_path / "validation"
+    assert sim_main(["compare", "--results", str(results), "--cost", f"constant:{COST}", "--no-charts",
+                     "--out", str(out)]) == 0
+    checks = {r["run_id"]: r for r in csv.DictReader(open(out / "targets.csv"))}
+    assert [checks[r]["repeats"] for r in (row["run_id"], again["run_id"])] == ["1", "1"]
+    # each one's repeat spread is the other's 10% (1.1 - 1 one way, 1/1.1 - 1 the other)
+    assert float(checks[row["run_id"]]["repeat_worst_p50_p90"]) == pytest.approx(0.1)
+    assert float(checks[again["run_id"]]["repeat_worst_p50_p90"]) == pytest.approx(1 - 1 / 1.1)
+    assert "measured more than once (results/continuous, continuous-repeats): 2" in capsys.readouterr().out
+
+
 def test_no_open_runs_is_a_one_line_error(tmp_path, capsys):
     assert sim_main(["compare", "--results", str(tmp_path), "--cost", f"constant:{COST}", "--no-charts"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
