@@ -1,0 +1,64 @@
+"""Where the simulator meets the validation's targets, by kind of run: the committed report's
+targets (`results/validation/targets.csv`, written by `python -m sim compare`) grouped by load and
+setup from the runs' rows (`results/continuous/runs.jsonl`), as a Markdown table.
+
+    python benchmarks/trust_table.py
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.runstore import RunStore  # noqa: E402
+
+KINDS = ("one replica, light load (1-60 req/s)", "one replica, near saturation (75-120 req/s)", "the Azure window at 1x",
+         "two replicas below saturation", "the capacity knee, one H200 (7-11x)", "the capacity knee, two H200s (17-22x)",
+         "above saturation")
+
+
+def kind(row: dict, check: dict) -> str:
+    if check["saturated"] == "True":
+        return KINDS[6]
+    replicas = row.get("replicas") or 1
+    if row["run_id"].startswith("azure-cap"):
+        return KINDS[4] if replicas == 1 else KINDS[5]
+    if replicas > 1:
+        return KINDS[3]
+    if row.get("rate") is None:
+        return KINDS[2]
+    return KINDS[0] if row["rate"] <= 60 else KINDS[1]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", type=Path, default=Path("results"), help="the results directory (default results)")
+    args = p.parse_args(argv)
+    path = args.results / "validation" / "targets.csv"
+    if not path.exists():
+        print(f"error: {path}: no validation report (python -m sim compare writes it)", file=sys.stderr)
+        return 2
+    rows = {r["run_id"]: r for r in RunStore(args.results / "continuous").rows()}
+    groups: dict[str, list[dict]] = {k: [] for k in KINDS}
+    for check in csv.DictReader(open(path)):
+        groups[kind(rows[check["run_id"]], check)].append(check)
+
+    def count(checks, key):
+        told = [c for c in checks if c.get(key) in ("True", "False")]
+        return f"{sum(c[key] == 'True' for c in told)} of {len(told)}" if told else "-"
+
+    print("| runs | how many | targets met | met against the real runs' range (runs measured more than once) "
+          "| met within the cost model's 2% |")
+    print("|---|---:|---:|---:|---:|")
+    for name, checks in groups.items():
+        if checks:
+            print(f"| {name} | {len(checks)} | {count(checks, 'met')} | {count(checks, 'met_against_range')} "
+                  f"| {count(checks, 'met_within_cost_error')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
