@@ -9,6 +9,7 @@
 #          slower than rested by about half what the heat model gives them at its hottest, and its
 #          `serving` sequence runs 1.5-2% under its price (`python -m calibrate heat`, into
 #          $R/calibration, tarred: its run folder is deeper than the device tool returns)
+#   gputests  the GPU test suite (kernels, the engine on the GPU, the calibration sweep)
 source benchmarks/device_prelude.sh
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
@@ -16,6 +17,8 @@ for part in "$@"; do
     heat)
       run 420 python3 -m calibrate heat --out $R
       tar czf $OUT/results.tgz -C $OUT results ;;
+    gputests)
+      run 500 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_gpu.py tests/test_calibrate_sweep.py ;;
     *) echo "unknown part $part" ;;
   esac
 done
