@@ -54,6 +54,21 @@ def goodput_slo(text: str) -> str:
     return text
 
 
+def metric_percentiles(text: str) -> tuple[float, ...]:
+    """An argparse type for `--metric-percentiles` (vLLM's flag): comma-separated percentiles, each
+    above 0 and below 100, e.g. "25,50,75,99"."""
+    out = []
+    for part in text.split(","):
+        try:
+            p = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a number (expected e.g. 25,50,99)") from None
+        if not 0 < p < 100:
+            raise argparse.ArgumentTypeError(f"a percentile must be above 0 and below 100, got {part}")
+        out.append(p)
+    return tuple(dict.fromkeys(out))
+
+
 def check_writable_dir(path: str | Path, option: str = "--out") -> None:
     """Refuse, before any work, an output directory that is a file, lies under one, or is in a
     place this process cannot write (tried with a scratch directory, not read off permission

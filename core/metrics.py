@@ -204,9 +204,11 @@ def format_rejections(records: RequestTable | Iterable[RequestRecord], examples:
     return "\n".join(lines)
 
 
-def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:
-    """A text table laid out like vLLM's benchmark printout."""
+def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None) -> str:
+    """A text table laid out like vLLM's benchmark printout: each latency's mean, median and the
+    percentiles `shown` (default: every one computed but the median)."""
     lines = [f"{title:=^60}"]
+    shown = None if shown is None else set(shown)
 
     def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
         text = "nan" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
@@ -230,7 +232,7 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result") -> str:
         kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)
         kv(f"Median {name.upper()} (ms):", d.median * 1e3)
         for p, v in d.percentiles.items():
-            if p != 50:  # the median, printed above
+            if (p in shown) if shown is not None else p != 50:  # (the median, printed above)
                 kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
     if m.intake is not None:
         lines.append(f"{'TTFT by stage (median / P99)':-^60}")

@@ -17,9 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from core.cli import ArgumentParser, goodput_slo
-from core.metrics import (compute_metrics, format_metrics, format_rejections, format_replications, parse_goodput,
-                          summarize_replications)
+from core.cli import ArgumentParser, goodput_slo, metric_percentiles
+from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, format_rejections,
+                          format_replications, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
 from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
@@ -65,6 +65,10 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
                    help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two, --noise)")
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
+    if not sweep:
+        p.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
+                       help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99); "
+                            "metrics.json keeps them beside p50, p90 and p99")
     p.add_argument("--out", type=Path, default=None, help="directory for records and metrics")
     p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
 
@@ -86,6 +90,12 @@ def check_replications(spec: RunSpec, replications: int) -> None:
                          "the arrivals with --rate, or use --router power-of-two")
 
 
+def percentiles(chosen: tuple[float, ...] | None) -> tuple[float, ...]:
+    """The percentiles to compute: the ones the table prints, beside those every row keeps (p50,
+    p90, p99: what sweeps, capacity searches and plots read)."""
+    return tuple(sorted(set(DEFAULT_PERCENTILES) | set(chosen or ())))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     slos = parse_goodput(args.goodput)
     spec = spec_from_args(args)
@@ -103,11 +113,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = spec.with_(seed=spec.seed + i, keep_token_times=keep_times, log_passes=log_passes,
                          run_id=f"sim-{spec.policy}-s{spec.seed + i}")
         result = simulate_spec(run)
-        metrics = compute_metrics(result.table, slos)
+        metrics = compute_metrics(result.table, slos, percentiles(args.metric_percentiles))
         rows.append(metrics.as_row())
         results.append((run, result))
         if i == 0:
-            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} "))
+            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles))
             print(f"simulated {result.num_passes:,} passes to t={result.end_s:,.1f} s in {result.wall_s:.2f} s wall"
                   f"{'' if log_passes else ' (pass records off)'}")
             if spec.prefix_caching:
@@ -132,7 +142,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     """The metrics table of records a run wrote, in any of the formats `--format` writes."""
     slos = parse_goodput(args.goodput)
     records = read_requests(args.run)
-    print(format_metrics(compute_metrics(records, slos), f" {args.run} "))
+    print(format_metrics(compute_metrics(records, slos, percentiles(args.metric_percentiles)), f" {args.run} ",
+                         args.metric_percentiles))
     if refused := format_rejections(records):
         print(refused, file=sys.stderr)
     return 0
@@ -318,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
     met.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                      help="SLOs for goodput, as vLLM")
+    met.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
+                     help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99)")
     try:
         args = parser.parse_args(argv)
         if args.command == "compare":

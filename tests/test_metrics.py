@@ -81,3 +81,12 @@ def test_rejections_are_told_by_kind_of_reason_with_their_first_ids():
     lines = format_rejections(refused).splitlines()
     assert lines == ["5 requests rejected (r0, r1, r2, ...): e.g. prompt 100000 exceeds max_model_len 32768",
                      "1 request rejected (k): no KV blocks"]
+
+
+def test_the_table_prints_the_percentiles_asked_for():
+    from core.metrics import format_metrics
+    m = compute_metrics([served("a", 0.0, [0.1, 0.2, 0.4]), served("b", 0.5, [0.8, 0.9])], percentiles=(25, 50, 99))
+    default, chosen = format_metrics(m), format_metrics(m, shown=[25])
+    assert "P99 TTFT (ms):" in default and "P25 TTFT (ms):" in default and "P50 TTFT" not in default
+    assert "P25 TTFT (ms):" in chosen and "P99 TTFT" not in chosen
+    assert f"{m.ttft.percentiles[25] * 1e3:<10.2f}" in chosen.split("P25 TTFT (ms):")[1].splitlines()[0]

@@ -221,3 +221,18 @@ def test_requests_longer_than_the_context_are_rejected_and_said_why(tmp_path, ca
     assert "2 requests rejected (0, 2): e.g. prompt 100000 + output 10 = 100010 tokens exceeds max_model_len" in err
     assert main(["metrics", str(tmp_path / "out")]) == 0  # the records keep the reasons
     assert "2 requests rejected (0, 2)" in capsys.readouterr().err
+
+
+def test_metric_percentiles_choose_the_printed_ones_as_vllm_and_rows_keep_the_usual(trace_csv, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--trace", str(trace_csv), "--metric-percentiles", "25,99.9", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "P25 TTFT (ms):" in table and "P99.9 E2EL (ms):" in table and "P90 TTFT" not in table
+    metrics = json.loads((out / "metrics.json").read_text())
+    keys = set(metrics.get("metrics", metrics))
+    assert {"p25_ttft_ms", "p99.9_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms"} <= keys
+    assert main(["metrics", str(out), "--metric-percentiles", "10"]) == 0
+    table = capsys.readouterr().out
+    assert "P10 TPOT (ms):" in table and "P99 TPOT" not in table
+    assert main(["run", "--trace", str(trace_csv), "--metric-percentiles", "50,100"]) == 2
+    assert "a percentile must be above 0 and below 100, got 100" in capsys.readouterr().err
