@@ -208,7 +208,6 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: I
     """A text table laid out like vLLM's benchmark printout: each latency's mean, median and the
     percentiles `shown` (default: every one computed but the median)."""
     lines = [f"{title:=^60}"]
-    shown = None if shown is None else set(shown)
 
     def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
         text = "nan" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
@@ -231,8 +230,9 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: I
         lines.append(f"{header:-^60}")
         kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)
         kv(f"Median {name.upper()} (ms):", d.median * 1e3)
+        wanted = set(d.percentiles) - {50.0} if shown is None else set(shown)  # (the median printed above)
         for p, v in d.percentiles.items():
-            if (p in shown) if shown is not None else p != 50:  # (the median, printed above)
+            if p in wanted:
                 kv(f"P{p:g} {name.upper()} (ms):", v * 1e3)
     if m.intake is not None:
         lines.append(f"{'TTFT by stage (median / P99)':-^60}")

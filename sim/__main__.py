@@ -66,9 +66,7 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
     if not sweep:
-        p.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
-                       help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99); "
-                            "metrics.json keeps them beside p50, p90 and p99")
+        add_percentiles_arg(p)
     p.add_argument("--out", type=Path, default=None, help="directory for records and metrics")
     p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
 
@@ -88,6 +86,12 @@ def check_replications(spec: RunSpec, replications: int) -> None:
         raise ValueError("--replications: this run draws nothing at random (a trace replayed at its own "
                          "times, a deterministic router), so every replication would be the same; resample "
                          "the arrivals with --rate, or use --router power-of-two")
+
+
+def add_percentiles_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
+                   help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99); "
+                        "metrics.json keeps them beside p50, p90 and p99")
 
 
 def percentiles(chosen: tuple[float, ...] | None) -> tuple[float, ...]:
@@ -306,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)",
                          description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
                                      "policy, limits, replicas) and write the error table, the targets and a report "
-                                     "page; runs of one setup measured more than once (under RESULTS/continuous, or again under "
-                                     "RESULTS/continuous-repeats) give each run the engine's own spread and the error "
-                                     "against the real runs' range.")
+                                     "page; runs of one setup measured more than once (under RESULTS/continuous, "
+                                     "or again under RESULTS/continuous-repeats) give each run the engine's own "
+                                     "spread and the error against the real runs' range.")
     cmp.add_argument("--results", type=Path, default=REPO / "results",
                      help="where the engine's runs are (continuous/, and continuous-repeats/ if present)")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
@@ -329,8 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
     met.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                      help="SLOs for goodput, as vLLM")
-    met.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
-                     help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99)")
+    add_percentiles_arg(met)
     try:
         args = parser.parse_args(argv)
         if args.command == "compare":
