@@ -89,6 +89,7 @@ class Setup:
 
     max_batch: int = 1
     max_tokens: int = 1
+    last_pass_end: float | None = None  # perf_counter time the continuous engine's last run ended
 
 
 def run_row(gen: Generation, engine: str, prompt: str, batch: int, index: int, setup: Setup,
@@ -130,6 +131,16 @@ def summarize(rows: list[dict], setup: Setup) -> str:
     return line
 
 
+def gpu_idle_before(clock, passes: list, setup: Setup) -> float | None:
+    """Seconds the GPU idled between the continuous engine's previous run's last pass and this
+    run's first (its clocks' 0s are host times, perf_counter: `PassClock.t0`), None for the
+    invocation's first run; a first pass after a longer rest runs on a colder GPU."""
+    start = clock.t0 + passes[0].start_s
+    idle = None if setup.last_pass_end is None else start - setup.last_pass_end
+    setup.last_pass_end = clock.t0 + passes[-1].start_s + passes[-1].duration_s
+    return idle
+
+
 def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, checkpoint: str | None) -> list[dict]:
     """Warm up, then record; returns the recorded rows (each written to disk as it finishes)."""
     prompts = batch_prompts(prompt, batch, checkpoint)
@@ -158,9 +169,12 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, check
         run_id = f"{engine}-{prompt}-b{batch}-r{recorded}-{setup.stamp}"
         gen = run(run_id)
         bar.update(1)
+        idle = gpu_idle_before(runner.clock, gen.passes, setup) if engine == "continuous" else None
         if recorded < 0:
             continue
         row = run_row(gen, engine, prompt, batch, recorded, setup, run_id, mode)
+        if engine == "continuous":
+            row["idle_before_s"] = idle
         store.write_run(run_id, gen.passes, gen.request_records(run_id), row)
         rows.append(row)
     return rows

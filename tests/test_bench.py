@@ -166,3 +166,15 @@ def test_a_mix_batch_holds_the_five_prompts_in_turn():
     assert [len(p) for p in batch] == [16, 64, 256, 1024, 4096, 16, 64]
     assert longest_prompt("mix") == 4096 and longest_prompt("p64") == PROMPT_LENGTHS["p64"]
     assert parse_prompts("p16,mix") == ["p16", "mix"]
+
+
+def test_continuous_runs_record_how_long_the_gpu_idled_before_them(tmp_path):
+    """A closed run's first pass waits on a GPU idle since the run before it (a rest the engine's
+    host spends writing records): each recorded row says how long, from the pass logs' clocks."""
+    assert bench.main(ARGS + ["--engine", "continuous", "--prompts", "p16,p64", "--out", str(tmp_path)]) == 0
+    store = RunStore(tmp_path / "continuous-closed")
+    runs = store.rows()
+    assert [(r["prompt"], r["run"]) for r in runs] == [("p16", 0), ("p16", 1), ("p64", 0), ("p64", 1)]
+    idles = [r["idle_before_s"] for r in runs]
+    # a recorded run follows a warm-up or a run: always one before it, never overlapping it
+    assert all(0 <= idle < 5 for idle in idles), idles
