@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 AWAY="results/continuous-repeats results/validation results/calibration-large results/calibration-served
       results/calibration-offsteps results/calibration-heat2 results/calibration-cotenant results/calibration-heat3 results/calibration-heat4
+      results/continuous-closed-cold
       results/continuous/azure-cap-*"  # (patterns: each expands against the tree, or against .aside/ going back)
 case "${1:-}" in
   aside)

@@ -41,7 +41,7 @@ NOT_HERE = [
 NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
-        r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", *NEEDS_TORCH]
+        r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", r"closed_ttft", *NEEDS_TORCH]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
