@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -229,6 +230,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
     if args.seeds < 0:
         raise ValueError(f"--seeds must be 0 or more, got {args.seeds}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if not 0 <= args.cost_error < 1:
         raise ValueError(f"--cost-error must be from 0 to below 1 (0.02: every pass 2% shorter and longer), "
                          f"got {args.cost_error}")
@@ -238,7 +241,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             bar.total = n
             bar.update(i - bar.n)
         comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds,
-                                  cost_error=args.cost_error)
+                                  cost_error=args.cost_error, jobs=args.jobs or os.cpu_count() or 1)
     checks = targets(comparisons, measured_rows(args.results))
     out.mkdir(parents=True, exist_ok=True)
     errors = pd.DataFrame(error_rows(comparisons))
@@ -328,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                           "(about the calibration's held-out error; default 0.02, 0: not), and hold the simulator "
                           "to the interval those results span as well")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
+    cmp.add_argument("--jobs", type=int, default=None,
+                     help="worker processes, a run each (default: one per CPU; the same report as one process)")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")

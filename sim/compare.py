@@ -260,16 +260,38 @@ def select_runs(results: Path, gpu: str | None = None, only: str | None = None) 
 
 
 def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
-                progress=None, seeds: int = 0, cost_error: float = 0.0) -> list[Comparison]:
-    store = RunStore(results / "continuous")
+                progress=None, seeds: int = 0, cost_error: float = 0.0, jobs: int = 1) -> list[Comparison]:
+    """`compare` on every selected run, in `jobs` worker processes (the same comparisons as one
+    process makes, in the runs' order; the largest runs start first)."""
     rows = select_runs(results, gpu, only)
-    out = []
-    cost_of = cost_loader(cost)
-    for i, row in enumerate(rows):
-        out.append(compare(row, store, cost, cost_of(row["model"]), seeds, cost_error))
-        if progress is not None:
-            progress(i + 1, len(rows))
-    return out
+    if jobs <= 1 or len(rows) == 1:
+        store = RunStore(results / "continuous")
+        cost_of = cost_loader(cost)
+        out = []
+        for i, row in enumerate(rows):
+            out.append(compare(row, store, cost, cost_of(row["model"]), seeds, cost_error))
+            if progress is not None:
+                progress(i + 1, len(rows))
+        return out
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(min(jobs, len(rows))) as pool:
+        largest_first = sorted(range(len(rows)), key=lambda i: -(rows[i].get("requests") or 0))
+        futures = {i: pool.submit(compare_in_worker, results, rows[i], cost, seeds, cost_error) for i in largest_first}
+        for done, _ in enumerate(as_completed(futures.values()), 1):
+            if progress is not None:
+                progress(done, len(rows))
+        return [futures[i].result() for i in range(len(rows))]
+
+
+_WORKER_COSTS: dict = {}  # a worker process's cost models, by (cost, model)
+
+
+def compare_in_worker(results: Path, row: dict, cost: str, seeds: int, cost_error: float) -> Comparison:
+    """`compare` in a worker process of `run_compare` (each loads a cost model once)."""
+    key = (cost, row["model"])
+    if key not in _WORKER_COSTS:
+        _WORKER_COSTS[key] = load_cost(cost, row["model"])
+    return compare(row, RunStore(results / "continuous"), cost, _WORKER_COSTS[key], seeds, cost_error)
 
 
 def error_rows(comparisons: list[Comparison]) -> list[dict]:

@@ -256,3 +256,20 @@ def test_ttfts_stages_are_compared_where_the_real_records_time_them(tmp_path, co
     assert "intake -1.00 ms" in timed.diagnosis["verdict"] and f"prefill {want:+.2f} ms" in timed.diagnosis["verdict"]
     assert "by stage" not in comparison.diagnosis["verdict"]
     assert targets([timed]) == targets([comparison])
+
+
+def test_worker_processes_make_the_same_comparisons_in_the_same_order(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    store = results / "continuous"
+    (row,) = [json.loads(line) for line in open(store / "runs.jsonl")]
+    for k in range(2):  # two more runs of the fixture's records, under other ids
+        again = dict(row, run_id=f"{row['run_id']}-again{k}")
+        shutil.copytree(store / row["run_id"], store / again["run_id"])
+        with open(store / "runs.jsonl", "a") as f:
+            f.write(json.dumps(again) + "\n")
+    one = run_compare(results, f"constant:{COST}", seeds=0, cost_error=0.02)
+    two = run_compare(results, f"constant:{COST}", seeds=0, cost_error=0.02, jobs=2)
+    assert [c.run_id for c in two] == [c.run_id for c in one] and len(one) == 3
+    assert [c.table for c in two] == [c.table for c in one]
+    assert [c.diagnosis["verdict"] for c in two] == [c.diagnosis["verdict"] for c in one]
