@@ -54,7 +54,9 @@ class IdleStart:
 
 def idle_starts(rows_passes_requests, cost) -> list[IdleStart]:
     """Passes planned with nothing in flight: each run's first (planned at 0), and in open runs
-    those an arrival woke the engine for (planned at that arrival)."""
+    those an arrival woke the engine for (planned at that arrival): the pass after an arrival that
+    came while the GPU was idle, when it takes in a new prompt (one that does not was planned
+    before the arrival, with the engine awake)."""
     out = []
     for row, passes, requests in rows_passes_requests:
         if not passes:
@@ -67,13 +69,18 @@ def idle_starts(rows_passes_requests, cost) -> list[IdleStart]:
                 planned, woke = 0.0, False
             else:
                 j = np.searchsorted(arrivals, ends[i - 1], side="right")
-                if j >= len(arrivals) or arrivals[j] > starts[i]:
+                if j >= len(arrivals) or arrivals[j] > starts[i] or not takes_in_a_prompt(p):
                     continue
                 planned, woke = float(arrivals[j]), True
             tokens = sum(p.new_tokens)
             late = ends[i] - planned - cost.pass_time(p.new_tokens, p.context_lens)
             out.append(IdleStart(tokens, p.host_s, float(late), woke))
     return out
+
+
+def takes_in_a_prompt(p) -> bool:
+    """The pass starts a prompt: a sequence with no cached context puts several tokens through."""
+    return any(c == 0 and n > 1 for n, c in zip(p.new_tokens, p.context_lens))
 
 
 def joins(rows_passes_requests) -> list[tuple[float, bool]]:
