@@ -277,10 +277,15 @@ class CalibratedCost:
         walks) of a context of `length` positions: work = max(1, length / sl), live = max(1,
         length / sl + 1/2) and blocks = min(sl, length + block_n / 2) / block_n, the whole slices
         and blocks the engine walks (ceil) as expected over the context's offsets (module docstring)."""
+        sl, bn = self._slice_len(length, big), self.block_n
+        return sl, max(1.0, length / sl), max(1.0, length / sl + 0.5), min(sl, length + bn / 2) / bn
+
+    def _slice_len(self, length: int, big: bool) -> int:
+        """Positions a slice of a context of `length` positions: its share of the slicing's slices,
+        in whole blocks, at least the shortest slice."""
         slices, shortest = self.slicing[big]
         bn = self.block_n
-        sl = max(-(-(-(-length // slices)) // bn) * bn, shortest)
-        return sl, max(1.0, length / sl), max(1.0, length / sl + 0.5), min(sl, length + bn / 2) / bn
+        return max(-(-(-(-length // slices)) // bn) * bn, shortest)
 
     def slice_lens(self, lengths: np.ndarray, big: bool) -> np.ndarray:
         """`slice_of`'s positions a slice, for an array of context lengths at once."""
@@ -292,9 +297,7 @@ class CalibratedCost:
         """Passes from a context of `length` positions (one longer each pass) to the next kink of
         `slice_of` (live slices grow from sl / 2, work from sl, blocks stop at sl - block_n / 2) or
         step (the slice length grows past slices * sl positions)."""
-        slices, shortest = self.slicing[big]
-        bn = self.block_n
-        return _region_end(length, max(-(-(-(-length // slices)) // bn) * bn, shortest), slices, bn)
+        return _region_end(length, self._slice_len(length, big), self.slicing[big][0], self.block_n)
 
     def decode_shape(self, S: int, context_sum: int, context_max: int) -> tuple:
         """A decode pass's attention, as the module docstring says: (padded batch B, big, programs P
