@@ -283,15 +283,13 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
         return [futures[i].result() for i in range(len(rows))]
 
 
-_WORKER_COSTS: dict = {}  # a worker process's cost models, by (cost, model)
+_WORKER_LOADERS: dict = {}  # a worker process's `cost_loader` of each cost spec
 
 
 def compare_in_worker(results: Path, row: dict, cost: str, seeds: int, cost_error: float) -> Comparison:
-    """`compare` in a worker process of `run_compare` (each loads a cost model once)."""
-    key = (cost, row["model"])
-    if key not in _WORKER_COSTS:
-        _WORKER_COSTS[key] = load_cost(cost, row["model"])
-    return compare(row, RunStore(results / "continuous"), cost, _WORKER_COSTS[key], seeds, cost_error)
+    """`compare` in a worker process of `run_compare` (each loads a model's cost model once)."""
+    cost_of = _WORKER_LOADERS.setdefault(cost, cost_loader(cost))
+    return compare(row, RunStore(results / "continuous"), cost, cost_of(row["model"]), seeds, cost_error)
 
 
 def error_rows(comparisons: list[Comparison]) -> list[dict]:
