@@ -2,9 +2,9 @@
 engine (`engine.continuous.closed_run`, as `python -m engine bench --engine continuous` runs them)
 of one prompt and a few decode steps, each after a rest drawn from a grid, in shuffled order; per
 run the GPU's idle time before its first pass (from the pass logs' clocks, as the bench records
-`idle_before_s`), that pass's start (the host's planning, from the run's 0) and duration (on a
-GPU, CUDA events: it includes the graph's launch onto an idle GPU and a cold GPU's slower first
-kernels), and TTFT.
+`idle_before_s`: `engine.bench.gpu_idle_before`), that pass's start (the host's planning, from the
+run's 0) and duration (on a GPU, CUDA events: it includes the graph's launch onto an idle GPU and a
+cold GPU's slower first kernels), and TTFT.
 
     python benchmarks/cold_start.py --json out/cold-start.json            # on a GPU: about a minute
     python benchmarks/cold_start.py --device cpu --repeats 1              # a smoke run (tiny model)
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from engine.bench import gpu_idle_before  # noqa: E402
 from engine.continuous import ModelRunner, closed_run  # noqa: E402
 from engine.paged import PagedKVCache  # noqa: E402
 from engine.prompts import batch_prompts  # noqa: E402
@@ -56,11 +57,12 @@ def main(argv=None) -> int:
     rows = []
     for name, rest in plan:
         lead = closed_run(runner, prompts[name], 2, "lead")  # the GPU busy up to the rest, whatever ran before
-        last_end = runner.clock.t0 + max(p.start_s + p.duration_s for p in lead.passes)
+        _, last_end = gpu_idle_before(runner.clock, lead.passes, None)
         time.sleep(rest)
         run = closed_run(runner, prompts[name], args.new_tokens, "cold")
         first = run.passes[0]
-        rows.append({"prompt": name, "rest_s": rest, "idle_before_s": runner.clock.t0 + first.start_s - last_end,
+        idle, _ = gpu_idle_before(runner.clock, run.passes, last_end)
+        rows.append({"prompt": name, "rest_s": rest, "idle_before_s": idle,
                      "first_start_ms": first.start_s * 1e3, "first_duration_ms": first.duration_s * 1e3,
                      "ttft_ms": (run.records[0].first_token_s - run.records[0].arrival_s) * 1e3})
     print(f"{len(rows)} runs on {device}; medians by prompt and rest (ms)")

@@ -131,14 +131,13 @@ def summarize(rows: list[dict], setup: Setup) -> str:
     return line
 
 
-def gpu_idle_before(clock, passes: list, setup: Setup) -> float | None:
-    """Seconds the GPU idled between the continuous engine's previous run's last pass and this
-    run's first (its clocks' 0s are host times, perf_counter: `PassClock.t0`), None for the
-    invocation's first run; a first pass after a longer rest runs on a colder GPU."""
+def gpu_idle_before(clock, passes: list, last_end: float | None) -> tuple[float | None, float]:
+    """(seconds the GPU idled between the end of the continuous engine's previous run, `last_end`,
+    and this run's first pass, None without one; when this run's last pass ended), on the host's
+    clock (perf_counter: a run's clock's 0 is `PassClock.t0`). A first pass after a longer rest
+    runs on a colder GPU."""
     start = clock.t0 + passes[0].start_s
-    idle = None if setup.last_pass_end is None else start - setup.last_pass_end
-    setup.last_pass_end = clock.t0 + passes[-1].start_s + passes[-1].duration_s
-    return idle
+    return None if last_end is None else start - last_end, clock.t0 + passes[-1].start_s + passes[-1].duration_s
 
 
 def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, checkpoint: str | None) -> list[dict]:
@@ -169,7 +168,8 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, check
         run_id = f"{engine}-{prompt}-b{batch}-r{recorded}-{setup.stamp}"
         gen = run(run_id)
         bar.update(1)
-        idle = gpu_idle_before(runner.clock, gen.passes, setup) if engine == "continuous" else None
+        if engine == "continuous":
+            idle, setup.last_pass_end = gpu_idle_before(runner.clock, gen.passes, setup.last_pass_end)
         if recorded < 0:
             continue
         row = run_row(gen, engine, prompt, batch, recorded, setup, run_id, mode)
