@@ -196,9 +196,9 @@ def fit_main(argv: list[str]) -> int:
                                waves_of)
     import numpy as np
 
-    from calibrate.heat import fit_response, fit_with_heat, repeat_scatter, rested_scatter
+    from calibrate.heat import fit_response, fit_serving, fit_with_heat, repeat_scatter, rested_scatter
     from calibrate.mixtures import fit_spread, mixture_pairs, pair_miss
-    from calibrate.replay import replay_runs
+    from calibrate.replay import engine_runs, replay_runs
     from sim.heat import factors
     from sim.calibrated import CalibratedCost
     from sim.cost import gpu_preset
@@ -219,6 +219,10 @@ def fit_main(argv: list[str]) -> int:
                    help="price mixed passes run as CUDA graphs by their chunk attention's tiles list-scheduled "
                         "(sim.calibrated's `mixed` form, fitted on the sweep's prompt and mixed passes) instead of "
                         "the waves of a mean tile")
+    p.add_argument("--serving-heat", action="store_true",
+                   help="refit the heat's slow-downs (decode, prompt, and mixed passes on their own) on the open "
+                        "runs' pass logs under RESULTS/continuous of this GPU and model, at the heat run's time "
+                        "constants and loads (calibrate.heat.fit_serving); without it the heat run's own")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -301,6 +305,18 @@ def fit_main(argv: list[str]) -> int:
                   "spread_fitted_on": mix_runs, "held_out_fit": params_train, "held_out_heat": heat_train.as_dict(),
                   "error": [e.__dict__ for e in errors], "roofline_prior_error": prior}
     cost = CalibratedCost(doc)
+    serving = None
+    if args.serving_heat:  # the slow-downs the simulator prices with, refitted on the engine's open runs
+        try:
+            runs = [runs_store.passes(r["run_id"]) for runs_store, r in engine_runs(results, row["gpu"], row["model"])
+                    if runs_store.root.name == "continuous"]
+            served, serving = fit_serving(runs, cost, heat)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        doc["heat_run_fit"], doc["heat"] = doc["heat"], served.as_dict()
+        doc["heat_slopes_fitted_on"] = serving
+        cost = CalibratedCost(doc)
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
         from calibrate.host import measure as measure_host
         doc["host"], host_sigmas, host_basis = measure_host(results, cost, row["gpu"], row["model"])
@@ -330,6 +346,11 @@ def fit_main(argv: list[str]) -> int:
              f"{heat_errors['prefill']:.2%}" + "".join(f"; {k} passes measured / priced {v:+.2%}" for k, v in
                                                        heat_errors.items() if k.startswith("checked")) + ")"
              if heat_run else "the sweep's own pass stream)"))
+    if serving:
+        print(f"slow-downs refitted on the open runs (--serving-heat; {serving['runs']} runs, {serving['passes']} "
+              f"passes): decode {served.decode:.1%}, prefill {served.prefill:.1%}, mixed passes {served.mixed:.1%}; "
+              "their passes priced / logged - 1, with the heat run's slow-downs and with these: " +
+              ", ".join(f"{k} {serving['before'][k]:+.2%} -> {serving['after'][k]:+.2%}" for k in serving["after"]))
     if host_basis:
         print("host time: " + ", ".join(f"{k} {v}" if k == "graph_tokens" else f"{k} {v * 1e6:.1f} us"
                                         for k, v in doc["host"].items()) +

@@ -12,6 +12,10 @@ the factors on the passes' measured / predicted ratios, in turn, twice: for each
 of prompt tokens only each, a scale `c` and the `kappa` of ratio = c * (1 + kappa * h), h the
 mean level over the pass (`sim.heat.levels`); the tau with the smallest residual over both wins
 (c, the rested level the model has yet to absorb, is absorbed by the next round's refit).
+
+On the engine's open runs (`fit_serving`, `calibrate fit --serving-heat`), the slow-downs alone
+are fitted again, at the heat run's time constants and loads: serving's mixed passes slowed far
+less, and its prompt passes more, than the designed sequences' at the same level.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from core.records import PassRecord
-from sim.heat import Heat, factors, heats, levels
+from sim.heat import Heat, factors, heats, levels, mixes
 
 TAU_GRID_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 
@@ -78,6 +82,42 @@ def fit_with_heat(passes: list[PassRecord], fit, predict_all, rounds: int = 2,
         params = fit(rested(passes, heat))
         heat, _ = fit_heat(passes, predict_all(params, passes))
     return fit(rested(passes, heat)), heat
+
+
+def fit_serving(runs: list[list[PassRecord]], cost, heat: Heat) -> tuple[Heat, dict]:
+    """`heat` with its slow-downs refitted on open runs' pass logs (`runs`: each run's passes): each
+    pass's logged time over `cost`'s rested price against the mean of h over it (`heat`'s time
+    constants and loads; each replica's GPU on its own), least squares of measured / priced - 1 =
+    kappa * h, each pass weighted by its time, with decode and prefill as `Heat.kappa` has them
+    and one kappa of its own for mixed passes (`Heat.mixed`). Returns (Heat, {"runs", "passes",
+    and per kind of pass its price over its logged time, less 1: "before" with `heat`, "after"})."""
+    rows = []
+    for passes in runs:
+        for p, h in zip(passes, levels(passes, heat)):
+            u = heat.load(p.new_tokens)
+            mixed = mixes(p.new_tokens)
+            rows.append((h * (1 - u) * (not mixed), h * u * (not mixed), h * mixed,
+                         cost.pass_time(p.new_tokens, p.context_lens), p.duration_s, p.kind))
+    if not rows:
+        raise ValueError("--serving-heat: no open runs' passes to fit the heat's slow-downs on")
+    x = np.array([r[:3] for r in rows], float)
+    rested, measured = np.array([r[3] for r in rows]), np.array([r[4] for r in rows])
+    kinds = np.array([r[5] for r in rows])
+    missing = [k for k, col in (("decode or prompt", x[:, 0]), ("prompt", x[:, 1]), ("mixed", x[:, 2]))
+               if not col.any()]
+    if missing:
+        raise ValueError(f"--serving-heat: the open runs have no {' or '.join(missing)} passes at any heat "
+                         "to fit their slow-down on")
+    w = np.sqrt(measured)
+    coef = np.linalg.lstsq(x * w[:, None], (measured / rested - 1) * w, rcond=None)[0]
+    decode, prefill, mixed = (float(np.clip(c, 0.0, 1.0)) for c in coef)
+    fitted = dataclasses.replace(heat, decode=decode, prefill=prefill, mixed=mixed)
+    basis = {"runs": len(runs), "passes": len(rows)}
+    for name, shape in (("before", heat), ("after", fitted)):
+        priced = rested * np.concatenate([factors(passes, shape) for passes in runs])
+        basis[name] = {k: float(priced[kinds == k].sum() / measured[kinds == k].sum() - 1)
+                       for k in ("decode", "prefill", "mixed") if (kinds == k).any()}
+    return fitted, basis
 
 
 TAU_RESPONSE_GRID_S = (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.12)

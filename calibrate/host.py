@@ -129,6 +129,9 @@ def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict, dict
         raise ValueError(f"no single-replica runs of {model} on {gpu} under {results}/continuous*")
     starts = idle_starts(runs, cost)
     tokens = np.array([s.tokens for s in starts], float)
+    if len(set(tokens)) < 2:
+        raise ValueError(f"{len(starts)} passes planned on an idle engine, of {len(set(tokens))} sizes: too few to "
+                         "measure the host's time by a pass's tokens")
     host = np.array([s.host_s for s in starts])
     per_token = float(np.polyfit(tokens, host, 1)[0])
     small = [s for s in starts if s.tokens <= MAX_GRAPH_TOKENS]

@@ -24,6 +24,11 @@ passes: one of 65,536 tokens (0.37 s) from rest spends most of its time throttle
 calibration file's optional "heat" field (none: no effect). Older files: tau_up_s 0 means tau_s,
 full_tokens 0 means the load is 1 for a pass of prompt tokens only and 0 for any other, and no
 decode_weight means decodes do not dilute the load.
+
+A mixed pass (prompt tokens beside decodes, as chunked prefill runs them) slows by its own
+`mixed` where the file gives one (`calibrate fit --serving-heat`: the slow-downs refitted on the
+engine's open runs, where mixed passes slowed 5-6% at a level prompt passes slowed 17% at);
+without it by kappa(u) like any other pass.
 """
 from __future__ import annotations
 
@@ -42,6 +47,12 @@ def heats(new_tokens) -> bool:
     return all(n > 1 for n in new_tokens)
 
 
+def mixes(new_tokens) -> bool:
+    """A pass of prompt tokens beside decodes (a sequence of one new token): the passes `Heat.mixed`
+    prices where a file gives it."""
+    return 1 in new_tokens and any(n > 1 for n in new_tokens)
+
+
 @dataclass(frozen=True)
 class Heat:
     decode: float = 0.0    # a pass of few tokens: its slow-down at h = 1 (0.1: 10% longer)
@@ -50,6 +61,7 @@ class Heat:
     tau_up_s: float = 0.0  # how fast it rises, seconds (0: tau_s)
     full_tokens: int = 0   # a pass of this many tokens loads the card fully, fewer in proportion (0: see heats)
     decode_weight: float = 0.0  # in a pass of prompt tokens, each decode beside them dilutes the load as this many tokens
+    mixed: float | None = None  # a pass of prompt tokens beside decodes: its slow-down at h = 1 (None: kappa(u))
 
     def __post_init__(self) -> None:
         for name, high in (("decode", 1.0), ("prefill", 1.0), ("tau_s", MAX_TAU_S), ("tau_up_s", MAX_TAU_S),
@@ -57,10 +69,12 @@ class Heat:
             v = getattr(self, name)
             if not real(v) or not 0 <= v <= high:
                 raise ValueError(f"heat.{name} must be a number from 0 to {high:g}, got {v!r}")
+        if self.mixed is not None and (not real(self.mixed) or not 0 <= self.mixed <= 1.0):
+            raise ValueError(f"heat.mixed must be a number from 0 to 1 (or absent), got {self.mixed!r}")
         if not isinstance(self.full_tokens, int) or isinstance(self.full_tokens, bool) or self.full_tokens < 0:
             raise ValueError(f"heat.full_tokens must be a whole number of tokens >= 0, got {self.full_tokens!r}")
-        if (self.decode or self.prefill) and not self.tau_s:
-            raise ValueError("heat.tau_s must be above 0 when heat.decode or heat.prefill is")
+        if not self.zero and not self.tau_s:
+            raise ValueError("heat.tau_s must be above 0 when heat.decode, heat.prefill or heat.mixed is")
 
     @classmethod
     def from_dict(cls, d, source: str = "calibration") -> "Heat":
@@ -69,7 +83,7 @@ class Heat:
 
     @property
     def zero(self) -> bool:
-        return not (self.decode or self.prefill)
+        return not (self.decode or self.prefill or self.mixed)
 
     @property
     def rise_s(self) -> float:
@@ -90,9 +104,17 @@ class Heat:
     def kappa(self, u: float) -> float:
         return self.decode + (self.prefill - self.decode) * u
 
+    def kappa_of(self, new_tokens) -> float:
+        """The slow-down at h = 1 of a pass with these new tokens per sequence: `mixed` for prompt
+        tokens beside decodes where it is given, else kappa of its load."""
+        if self.mixed is not None and mixes(new_tokens):
+            return self.mixed
+        return self.kappa(self.load(new_tokens))
+
     def as_dict(self) -> dict:
-        return {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s,
-                "full_tokens": self.full_tokens, "decode_weight": self.decode_weight}
+        d = {"decode": self.decode, "prefill": self.prefill, "tau_s": self.tau_s, "tau_up_s": self.rise_s,
+             "full_tokens": self.full_tokens, "decode_weight": self.decode_weight}
+        return d if self.mixed is None else d | {"mixed": self.mixed}
 
 
 class HeatState:
@@ -121,20 +143,22 @@ class HeatState:
         w = tau / duration * (1.0 - math.exp(-duration / tau))  # the mean of e^(-t/tau) over the pass
         return u + (h - u) * w
 
-    def factor(self, t: float, u: float = 0.0, duration: float = 0.0) -> float:
+    def factor(self, t: float, u: float = 0.0, duration: float = 0.0, kappa: float | None = None) -> float:
         """A pass of load u starting at t and running `duration` seconds takes this many times its
-        rested time: 1 + kappa(u) * the mean of h over it."""
-        kappa = self.heat.kappa(u)
+        rested time: 1 + kappa * the mean of h over it (kappa: the pass's `Heat.kappa_of`; None:
+        kappa(u))."""
+        if kappa is None:
+            kappa = self.heat.kappa(u)
         if not kappa:
             return 1.0
         return 1.0 + kappa * self.mean(t, duration, u)
 
-    def slowed(self, start: float, rested: float, u: float) -> float:
+    def slowed(self, start: float, rested: float, u: float, kappa: float | None = None) -> float:
         """The time of a pass of load u that takes `rested` seconds rested, starting at `start` (its
         factor depends on its own length: two substitutions, well within 0.1%)."""
         duration = rested
         for _ in range(2):
-            duration = rested * self.factor(start, u, duration)
+            duration = rested * self.factor(start, u, duration, kappa)
         return duration
 
     def passed(self, start: float, duration: float, u: float) -> None:
@@ -163,7 +187,7 @@ def factors(passes, heat: Heat) -> list[float]:
     """The factor of every pass of a logged run (as `levels`)."""
     if heat.zero:
         return [1.0] * len(passes)
-    return [1.0 + heat.kappa(heat.load(p.new_tokens)) * h for p, h in zip(passes, levels(passes, heat))]
+    return [1.0 + heat.kappa_of(p.new_tokens) * h for p, h in zip(passes, levels(passes, heat))]
 
 
 def logged_times(cost, passes) -> list[float]:

@@ -251,7 +251,7 @@ class Replica:
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
             u = self.heat.heat.load(plan.new_tokens)
-            duration = self.heat.slowed(start, duration, u)
+            duration = self.heat.slowed(start, duration, u, self.heat.heat.kappa_of(plan.new_tokens))
             self.heat.passed(start, duration, u)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
@@ -278,7 +278,8 @@ class Replica:
         if k > 1 and self.heat is not None:
             # slowed by recent prompt work: the whole run at its mean factor (its total time is
             # right, its first passes a little short and its last a little long)
-            f = self.heat.factor(self.env.now, self.heat.heat.load(plan.new_tokens), run_time(a, b, k))
+            f = self.heat.factor(self.env.now, self.heat.heat.load(plan.new_tokens), run_time(a, b, k),
+                                 self.heat.heat.kappa_of(plan.new_tokens))
             a, b = a * f, b * f
         return (k, a, b) if k > 1 else None
 

@@ -155,11 +155,37 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     ({}, ["--gpu", "a10"], "ran on 'NVIDIA H200', not --gpu a10"),
     ({}, ["--sweep", "sweep-y"], "no such sweep"),
     ({}, ["--spread"], "--spread: no `calibrate sweep --grid mixtures` run of qwen2.5-1.5b on NVIDIA H200"),
+    ({}, ["--serving-heat"], "--serving-heat: no open runs' passes to fit the heat's slow-downs on"),
 ])
 def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys, row, args, message):
     write_sweep(tmp_path, synthetic_passes(), **row)
     assert main(["fit", "--results", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
+    """--serving-heat: the sweep's passes shuffled end to end as an open run of the same GPU and model,
+    each mixed pass 3% over the form's price: the mixed passes' slow-down takes it (at the level
+    the passes before them leave), the heat run's fit (here the sweep's own) kept beside it."""
+    store = write_sweep(tmp_path, synthetic_passes(repeats=1))
+    cost = CalibratedCost(BASE | {"parameters": TRUE})
+    served, t, order = [], 0.0, synthetic_passes(repeats=1, seed=1)
+    np.random.default_rng(2).shuffle(order)  # decode passes after prompt passes too, at every level
+    for i, p in enumerate(order):
+        d = cost.pass_time(p.new_tokens, p.context_lens) * (1.03 if p.kind == "mixed" else 1.0)
+        served.append(PassRecord.make("open-x", "continuous", i, p.new_tokens, p.context_lens, t, d))
+        t += d
+    row = {"run_id": "open-x", "engine": "continuous", "status": "ok", "model": MODEL.name, "gpu": "NVIDIA H200"}
+    RunStore(tmp_path / "continuous").write_run("open-x", served, [], row)
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]) == 0
+    out = capsys.readouterr().out
+    assert "slow-downs refitted on the open runs (--serving-heat; 1 runs" in out
+    doc = json.loads((store.root / "h200.json").read_text())
+    assert doc["heat"]["mixed"] > 0.0 and doc["heat_slopes_fitted_on"]["passes"] == len(served)
+    assert "mixed" not in doc["heat_run_fit"]
+    assert {k: doc["heat"][k] for k in ("tau_s", "tau_up_s", "full_tokens")} == \
+        {k: doc["heat_run_fit"][k] for k in ("tau_s", "tau_up_s", "full_tokens")}
+    assert abs(doc["heat_slopes_fitted_on"]["after"]["mixed"]) < abs(doc["heat_slopes_fitted_on"]["before"]["mixed"])
 
 
 def test_a_damaged_pass_log_names_the_line(tmp_path, capsys):

@@ -7,7 +7,7 @@ from core.kv import BlockPool
 from core.records import PassRecord
 from core.scheduler import ContinuousBatching
 from sim.cost import ConstantCost
-from sim.heat import Heat, HeatState, factors
+from sim.heat import Heat, HeatState, factors, mixes
 from sim.run import simulate
 from tests.sim_helpers import trace_of
 
@@ -154,3 +154,69 @@ def test_the_fit_recovers_a_known_heat_from_a_pass_stream():
     assert heat.tau_s == 0.05
     assert abs(heat.decode - 0.08) < 0.004 and abs(heat.prefill - 0.06) < 0.004
     assert abs(scale["decode"] - 1) < 0.002 and abs(scale["prefill"] - 1) < 0.002
+
+
+def test_mixed_passes_slow_by_their_own_kappa_where_one_is_given():
+    heat = Heat(decode=0.06, prefill=0.17, tau_s=0.04, tau_up_s=0.05, full_tokens=1024, decode_weight=8.0, mixed=0.05)
+    assert heat.kappa_of([1] * 64 + [2048]) == 0.05  # a chunk beside decodes
+    assert heat.kappa_of([2048, 512]) == pytest.approx(0.17)  # prompts only: kappa of its load, 1
+    assert heat.kappa_of([256]) == pytest.approx(0.06 + 0.11 * 0.25)
+    assert heat.kappa_of([1] * 8) == pytest.approx(0.06)
+    assert Heat.from_dict(heat.as_dict()) == heat
+    older = Heat(decode=0.06, prefill=0.17, tau_s=0.04, tau_up_s=0.05, full_tokens=1024, decode_weight=8.0)
+    assert "mixed" not in older.as_dict()  # files without it keep kappa(u) for mixed passes
+    assert older.kappa_of([1] * 64 + [2048]) == pytest.approx(older.kappa(older.load([1] * 64 + [2048])))
+    # a simulated run prices its mixed passes by it: the same prompt work heats alike, the
+    # mixed pass after it slows by `mixed` at the level, not by kappa of its load
+    passes = [PassRecord.make("r", "e", 0, [4096], [0], 0.0, 0.1),
+              PassRecord.make("r", "e", 1, [1] * 64 + [2048], [100] * 64 + [0], 0.1, 0.01)]
+    level = HeatState(heat)
+    level.passed(0.0, 0.1, 1.0)
+    h = level.mean(0.1, 0.01, heat.load(passes[1].new_tokens))
+    assert factors(passes, heat)[1] == pytest.approx(1 + 0.05 * h)
+    assert factors(passes, older)[1] == pytest.approx(1 + older.kappa(older.load(passes[1].new_tokens)) * h)
+    with pytest.raises(ValueError, match="heat.mixed"):
+        Heat.from_dict({"decode": 0.1, "prefill": 0.1, "tau_s": 0.05, "mixed": 1.5})
+
+
+def test_the_serving_fit_recovers_known_slow_downs_from_open_runs():
+    """Open runs' pass logs timed by a known heat (decode 6%, prompts 17%, mixed passes 5%) and a
+    little noise; the fit starts from other slow-downs at the same time constants and loads."""
+    import numpy as np
+
+    from calibrate.heat import fit_serving
+
+    class Shapes:  # a cost model that knows each shape's rested time
+        def __init__(self):
+            self.rested = {}
+
+        def pass_time(self, new_tokens, context_lens):
+            return self.rested[tuple(new_tokens), tuple(context_lens)]
+
+    dynamics = dict(tau_s=0.04, tau_up_s=0.05, full_tokens=1024, decode_weight=8.0)
+    truth = Heat(decode=0.06, prefill=0.17, mixed=0.05, **dynamics)
+    cost, runs, rng = Shapes(), [], np.random.default_rng(5)
+    for run in range(2):
+        state, passes, t = HeatState(truth), [], 0.0
+        for i in range(3000):
+            kind = rng.choice(["decode", "prefill", "mixed"], p=[0.6, 0.2, 0.2])
+            batch = int(rng.integers(1, 200))
+            prompt = int(rng.integers(16, 4096))
+            new = {"decode": [1] * batch, "prefill": [prompt], "mixed": [1] * batch + [prompt]}[kind]
+            ctx = [int(rng.integers(1, 2000)) for _ in new]
+            base = 0.002 + 3e-6 * sum(new)
+            cost.rested[tuple(new), tuple(ctx)] = base
+            d = state.slowed(t, base, truth.load(new), truth.kappa_of(new)) * (1 + 0.002 * rng.standard_normal())
+            passes.append(PassRecord.make(f"r{run}", "e", i, new, ctx, t, d))
+            state.passed(t, d, truth.load(new))
+            t += d + (0.2 if rng.random() < 0.02 else 0.0)
+        runs.append(passes)
+    fitted, basis = fit_serving(runs, cost, Heat(decode=0.08, prefill=0.12, **dynamics))
+    assert fitted.decode == pytest.approx(0.06, abs=0.003) and fitted.prefill == pytest.approx(0.17, abs=0.003)
+    assert fitted.mixed == pytest.approx(0.05, abs=0.003)
+    assert (fitted.tau_s, fitted.rise_s, fitted.full_tokens, fitted.decode_weight) == (0.04, 0.05, 1024, 8.0)
+    assert basis["runs"] == 2 and basis["passes"] == 6000
+    assert basis["before"]["mixed"] > 0.005 and basis["before"]["prefill"] < -0.005  # the start's prices miss
+    assert all(abs(v) < 0.001 for v in basis["after"].values())
+    with pytest.raises(ValueError, match="no mixed passes"):
+        fit_serving([[p for p in runs[0] if not mixes(p.new_tokens)]], cost, truth)
