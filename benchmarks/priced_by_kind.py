@@ -1,0 +1,66 @@
+"""The open runs' logged passes against their price, by kind of pass: each calibration's price
+(heat included, as the simulator runs it: `sim.heat.logged_times`) over the logged time, less 1,
+summed over the passes of each kind, for the runs the calibration's heat slow-downs are fitted
+on (`calibrate fit --serving-heat`: every run under results/continuous but the capacity check's
+`azure-cap-*`) and for the capacity runs, held out of that fit; with --runs, run by run.
+
+    python benchmarks/priced_by_kind.py --cost results/calibration/h200-heat-run.json --cost calibrated:h200
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.runstore import RunStore  # noqa: E402
+from sim.cost import parse_cost  # noqa: E402
+from sim.heat import logged_times  # noqa: E402
+
+KINDS = ("decode", "prefill", "mixed")
+
+
+def priced(passes, cost) -> dict:
+    """{kind: (price, logged)} summed over the passes of each kind."""
+    price = np.array(logged_times(cost, passes))
+    logged = np.array([p.duration_s for p in passes])
+    kind = np.array([p.kind for p in passes])
+    return {k: (price[kind == k].sum(), logged[kind == k].sum()) for k in KINDS if (kind == k).any()}
+
+
+def line(sums: dict) -> str:
+    return "  ".join(f"{k} {sums[k][0] / sums[k][1] - 1:+6.2%}" if k in sums else f"{k} {'-':>6}" for k in KINDS)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default=str(ROOT / "results"), help="where continuous/ is (default results)")
+    p.add_argument("--cost", action="append", help="a calibration (name or file); repeat to compare (default calibrated:h200)")
+    p.add_argument("--runs", action="store_true", help="also every run on its own")
+    args = p.parse_args(argv)
+    costs = [(spec, parse_cost(spec)[0]) for spec in args.cost or ["calibrated:h200"]]
+    store = RunStore(Path(args.results) / "continuous")
+    groups = {"fitted on (not azure-cap-*)": {}, "held out (azure-cap-*)": {}}
+    for row in store.rows():
+        passes = store.passes(row["run_id"])
+        group = groups["held out (azure-cap-*)" if row["run_id"].startswith("azure-cap") else "fitted on (not azure-cap-*)"]
+        for spec, cost in costs:
+            sums = priced(passes, cost)
+            if args.runs:
+                print(f"{row['run_id'][:56]:56s} {spec:40s} {line(sums)}")
+            total = group.setdefault(spec, {})
+            for k, (a, b) in sums.items():
+                total[k] = (total.get(k, (0.0, 0.0))[0] + a, total.get(k, (0.0, 0.0))[1] + b)
+    print("price / logged - 1, by kind of pass, summed over the runs:")
+    for name, by_cost in groups.items():
+        for spec, sums in by_cost.items():
+            print(f"  {name:28s} {spec:40s} {line(sums)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
