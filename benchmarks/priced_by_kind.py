@@ -2,9 +2,12 @@
 (heat included, as the simulator runs it: `sim.heat.logged_times`) over the logged time, less 1,
 summed over the passes of each kind, for the runs the calibration's heat slow-downs are fitted
 on (`calibrate fit --serving-heat`: every run under results/continuous but the capacity check's
-`azure-cap-*`) and for the capacity runs, held out of that fit; with --runs, run by run.
+`azure-cap-*`) and for the capacity runs, held out of that fit; with --runs, run by run; with
+--dir continuous-repeats, the runs measured again (every one held out, the latest five on a card
+none of the fitted runs ran on), --only picking runs by a part of their id.
 
     python benchmarks/priced_by_kind.py --cost results/calibration/h200-heat-run.json --cost calibrated:h200
+    python benchmarks/priced_by_kind.py --dir continuous-repeats --only 20261201 --runs --cost results/calibration/h200-heat-run.json --cost calibrated:h200
 """
 from __future__ import annotations
 
@@ -38,16 +41,24 @@ def line(sums: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default=str(ROOT / "results"), help="where continuous/ is (default results)")
+    p.add_argument("--results", default=str(ROOT / "results"), help="where the runs are (default results)")
+    p.add_argument("--dir", default="continuous", help="the runs' folder under RESULTS (default continuous)")
+    p.add_argument("--only", default="", help="only runs whose id contains this")
     p.add_argument("--cost", action="append", help="a calibration (name or file); repeat to compare (default calibrated:h200)")
     p.add_argument("--runs", action="store_true", help="also every run on its own")
     args = p.parse_args(argv)
     costs = [(spec, parse_cost(spec)[0]) for spec in args.cost or ["calibrated:h200"]]
-    store = RunStore(Path(args.results) / "continuous")
-    groups = {"fitted on (not azure-cap-*)": {}, "held out (azure-cap-*)": {}}
+    store = RunStore(Path(args.results) / args.dir)
+    groups = {"fitted on (not azure-cap-*)": {}, "held out (azure-cap-*)": {}} if args.dir == "continuous" else \
+        {f"{args.dir} (held out)": {}}
     for row in store.rows():
+        if args.only not in row["run_id"]:
+            continue
         passes = store.passes(row["run_id"])
-        group = groups["held out (azure-cap-*)" if row["run_id"].startswith("azure-cap") else "fitted on (not azure-cap-*)"]
+        if args.dir != "continuous":
+            group = groups[f"{args.dir} (held out)"]
+        else:
+            group = groups["held out (azure-cap-*)" if row["run_id"].startswith("azure-cap") else "fitted on (not azure-cap-*)"]
         for spec, cost in costs:
             sums = priced(passes, cost)
             if args.runs:
@@ -58,7 +69,8 @@ def main(argv=None) -> int:
     print("price / logged - 1, by kind of pass, summed over the runs:")
     for name, by_cost in groups.items():
         for spec, sums in by_cost.items():
-            print(f"  {name:28s} {spec:40s} {line(sums)}")
+            if sums:
+                print(f"  {name:28s} {spec:40s} {line(sums)}")
     return 0
 
 
