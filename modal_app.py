@@ -9,8 +9,10 @@
 Each runs the same code as the local command line on an A10G (the seed's card): `main` is
 `python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
 continuous engine), `calibrate` is `python -m calibrate sweep` and `heat` followed, on your machine, by
-`python -m calibrate fit --schedule --mixed` (the committed H200 calibration's form) on the pulled-back
-sweep. The function writes under a directory per invocation on the Modal volume
+`python -m calibrate fit --schedule --mixed` (the committed H200 calibration's form but for
+`--serving-heat`, which refits the heat's slow-downs on open runs of the same card: after
+`arrivals`, run `python -m calibrate fit --gpu a10g --schedule --mixed --serving-heat` locally) on
+the pulled-back sweep. The function writes under a directory per invocation on the Modal volume
 `llm-serving-sim-results`; the local entrypoint pulls that directory back and adds its runs to
 `results/<engine>/` (never overwriting a run).
 
