@@ -218,6 +218,16 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_dir(args: argparse.Namespace) -> Path:
+    """Where `compare` writes: --out, else RESULTS/validation for the report the defaults make (the
+    committed one), else out/validation: a subset of the runs (--only), another cost model, other
+    seeds or another cost error never replace the committed report unless told to."""
+    if args.out:
+        return args.out
+    committed = (args.only, args.cost, args.seeds, args.cost_error) == (None, "calibrated:h200", 5, 0.02)
+    return args.results / "validation" if committed else REPO / "out" / "validation"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -226,8 +236,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from sim.compare import charts, error_rows, measured_rows, report_page, run_compare, select_runs, targets
 
-    # a subset of the runs never replaces the whole report: --only writes under out/ unless told where
-    out = args.out or (REPO / "out" / "validation" if args.only else args.results / "validation")
+    out = report_dir(args)
     if args.seeds < 0:
         raise ValueError(f"--seeds must be 0 or more, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:
@@ -321,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None,
-                     help="report directory (default RESULTS/validation; with --only, out/validation)")
+                     help="report directory (default RESULTS/validation, the committed report's; with --only, or "
+                          "a --cost, --seeds or --cost-error other than the defaults, out/validation)")
     cmp.add_argument("--seeds", type=int, default=5,
                      help="simulations a run, pass and host times scattered as the calibration measured the engine's "
                           "own (its \"noise\"; sim/noise.py): each statistic their median, the range they span "

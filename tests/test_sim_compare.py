@@ -4,6 +4,7 @@
 replayed in the simulator with a constant pass cost, so that both sides of the error table can be
 computed by hand: the real side from the records, the simulated side from the trace (its
 requests arrive 0.25 s apart and each is done in at most 6 passes of 10 ms, so none waits)."""
+import argparse
 import csv
 import gzip
 import json
@@ -165,6 +166,21 @@ def test_a_subset_of_the_runs_does_not_replace_the_report(tmp_path, monkeypatch)
                      "--no-charts"]) == 0
     assert not (results / "validation").exists()
     assert (tmp_path / "repo" / "out" / "validation" / "targets.csv").exists()
+
+
+@pytest.mark.parametrize("option", [[], ["--only", "trace"], ["--cost", "calibrated:h200*1.02"], ["--seeds", "0"],
+                                    ["--cost-error", "0"], ["--out", "elsewhere"]])
+def test_only_the_default_options_write_the_committed_report(tmp_path, monkeypatch, option):
+    import sim.__main__ as cli
+    monkeypatch.setattr(cli, "REPO", tmp_path / "repo")
+    args = argparse.Namespace(out=None, only=None, cost="calibrated:h200", seeds=5, cost_error=0.02,
+                              results=tmp_path / "results")
+    for name, value in zip(option[::2], option[1::2]):
+        setattr(args, name[2:].replace("-", "_"), {"--seeds": int, "--cost-error": float,
+                                                   "--out": Path}.get(name, str)(value))
+    expected = (tmp_path / "results" / "validation" if not option else
+                Path("elsewhere") if option[0] == "--out" else tmp_path / "repo" / "out" / "validation")
+    assert cli.report_dir(args) == expected
 
 
 @pytest.fixture(scope="module")
