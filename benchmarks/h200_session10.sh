@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tenth continuous-engine session's device call (the device tool's copy of the tree has no .git,
 # so the call sets GIT_COMMIT):
-#   GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session10.sh heldout
-# (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
+#   AZURE=.traces/AzureLLMInferenceTrace_conv.csv GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session10.sh heldout
+# (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it; .traces/ carried with
+# the trace in it: the device machine cannot download it)
 # Parts:
 #   heldout  the calibration's heat slow-downs are fitted on the open runs before the capacity runs
 #            since 5063f99 (`calibrate fit --serving-heat`): runs on a card none of them ran on, of
