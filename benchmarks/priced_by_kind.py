@@ -39,6 +39,14 @@ def line(sums: dict) -> str:
     return "  ".join(f"{k} {sums[k][0] / sums[k][1] - 1:+6.2%}" if k in sums else f"{k} {'-':>6}" for k in KINDS)
 
 
+def group_of(run_id: str, folder: str) -> str:
+    """Which side of the `--serving-heat` fit a run is on: under continuous/ the capacity runs are
+    held out of it and the others fitted on; every run elsewhere (repeats) is held out."""
+    if folder != "continuous":
+        return f"{folder} (held out)"
+    return "held out (azure-cap-*)" if run_id.startswith("azure-cap") else "fitted on (not azure-cap-*)"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", default=str(ROOT / "results"), help="where the runs are (default results)")
@@ -49,16 +57,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     costs = [(spec, parse_cost(spec)[0]) for spec in args.cost or ["calibrated:h200"]]
     store = RunStore(Path(args.results) / args.dir)
-    groups = {"fitted on (not azure-cap-*)": {}, "held out (azure-cap-*)": {}} if args.dir == "continuous" else \
-        {f"{args.dir} (held out)": {}}
+    groups: dict = {}  # {group: {cost spec: {kind: (price, logged)}}}
     for row in store.rows():
         if args.only not in row["run_id"]:
             continue
         passes = store.passes(row["run_id"])
-        if args.dir != "continuous":
-            group = groups[f"{args.dir} (held out)"]
-        else:
-            group = groups["held out (azure-cap-*)" if row["run_id"].startswith("azure-cap") else "fitted on (not azure-cap-*)"]
+        group = groups.setdefault(group_of(row["run_id"], args.dir), {})
         for spec, cost in costs:
             sums = priced(passes, cost)
             if args.runs:
@@ -67,10 +71,9 @@ def main(argv=None) -> int:
             for k, (a, b) in sums.items():
                 total[k] = (total.get(k, (0.0, 0.0))[0] + a, total.get(k, (0.0, 0.0))[1] + b)
     print("price / logged - 1, by kind of pass, summed over the runs:")
-    for name, by_cost in groups.items():
+    for name, by_cost in sorted(groups.items()):
         for spec, sums in by_cost.items():
-            if sums:
-                print(f"  {name:28s} {spec:40s} {line(sums)}")
+            print(f"  {name:28s} {spec:40s} {line(sums)}")
     return 0
 
 
