@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from core.records import PassRecord
-from sim.heat import Heat, factors, heats, levels, mixes
+from sim.heat import Heat, factors, heats, levels
 
 TAU_GRID_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 
@@ -91,18 +91,20 @@ def fit_serving(runs: list[list[PassRecord]], cost, heat: Heat) -> tuple[Heat, d
     kappa * h, each pass weighted by its time, with decode and prefill as `Heat.kappa` has them
     and one kappa of its own for mixed passes (`Heat.mixed`). Returns (Heat, {"runs", "passes",
     and per kind of pass its price over its logged time, less 1: "before" with `heat`, "after"})."""
-    rows = []
+    rows, all_passes = [], []
     for passes in runs:
         for p, h in zip(passes, levels(passes, heat)):
             u = heat.load(p.new_tokens)
-            mixed = mixes(p.new_tokens)
+            mixed = p.kind == "mixed"  # (pass_kind's, as Heat.kappa_of takes it)
             rows.append((h * (1 - u) * (not mixed), h * u * (not mixed), h * mixed,
-                         cost.pass_time(p.new_tokens, p.context_lens), p.duration_s, p.kind))
+                         cost.pass_time(p.new_tokens, p.context_lens), p.duration_s, p.kind, h))
+            all_passes.append(p)
     if not rows:
         raise ValueError("--serving-heat: no open runs' passes to fit the heat's slow-downs on")
     x = np.array([r[:3] for r in rows], float)
     rested, measured = np.array([r[3] for r in rows]), np.array([r[4] for r in rows])
     kinds = np.array([r[5] for r in rows])
+    level = np.array([r[6] for r in rows])  # (the time constants and loads are the same before and after)
     missing = [k for k, col in (("decode or prompt", x[:, 0]), ("prompt", x[:, 1]), ("mixed", x[:, 2]))
                if not col.any()]
     if missing:
@@ -114,7 +116,8 @@ def fit_serving(runs: list[list[PassRecord]], cost, heat: Heat) -> tuple[Heat, d
     fitted = dataclasses.replace(heat, decode=decode, prefill=prefill, mixed=mixed)
     basis = {"runs": len(runs), "passes": len(rows)}
     for name, shape in (("before", heat), ("after", fitted)):
-        priced = rested * np.concatenate([factors(passes, shape) for passes in runs])
+        kappa = np.array([shape.kappa_of(p.new_tokens, p.context_lens) for p in all_passes])
+        priced = rested * (1 + kappa * level)
         basis[name] = {k: float(priced[kinds == k].sum() / measured[kinds == k].sum() - 1)
                        for k in ("decode", "prefill", "mixed") if (kinds == k).any()}
     return fitted, basis

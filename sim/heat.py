@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from core.records import pass_kind
 from sim.host import optional_section, real
 
 MAX_TAU_S = 10.0
@@ -45,12 +46,6 @@ def heats(new_tokens) -> bool:
     """A pass of prompt tokens only (prompts or chunks, no decodes): the passes that load the card
     fully under the rule of older calibration files (full_tokens 0)."""
     return all(n > 1 for n in new_tokens)
-
-
-def mixes(new_tokens) -> bool:
-    """A pass of prompt tokens beside decodes (a sequence of one new token): the passes `Heat.mixed`
-    prices where a file gives it."""
-    return 1 in new_tokens and any(n > 1 for n in new_tokens)
 
 
 @dataclass(frozen=True)
@@ -104,10 +99,11 @@ class Heat:
     def kappa(self, u: float) -> float:
         return self.decode + (self.prefill - self.decode) * u
 
-    def kappa_of(self, new_tokens) -> float:
-        """The slow-down at h = 1 of a pass with these new tokens per sequence: `mixed` for prompt
-        tokens beside decodes where it is given, else kappa of its load."""
-        if self.mixed is not None and mixes(new_tokens):
+    def kappa_of(self, new_tokens, context_lens) -> float:
+        """The slow-down at h = 1 of a pass with these new tokens and cached contexts per sequence:
+        `mixed` for a mixed pass (`core.records.pass_kind`: prompt tokens beside decodes, as the cost
+        model's mixed form takes them) where it is given, else kappa of its load."""
+        if self.mixed is not None and pass_kind(new_tokens, context_lens) == "mixed":
             return self.mixed
         return self.kappa(self.load(new_tokens))
 
@@ -187,7 +183,7 @@ def factors(passes, heat: Heat) -> list[float]:
     """The factor of every pass of a logged run (as `levels`)."""
     if heat.zero:
         return [1.0] * len(passes)
-    return [1.0 + heat.kappa_of(p.new_tokens) * h for p, h in zip(passes, levels(passes, heat))]
+    return [1.0 + heat.kappa_of(p.new_tokens, p.context_lens) * h for p, h in zip(passes, levels(passes, heat))]
 
 
 def logged_times(cost, passes) -> list[float]:

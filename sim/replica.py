@@ -251,7 +251,8 @@ class Replica:
         duration = self.cost.pass_time(plan.new_tokens, plan.context_lens)
         if self.heat is not None:
             u = self.heat.heat.load(plan.new_tokens)
-            duration = self.heat.slowed(start, duration, u, self.heat.heat.kappa_of(plan.new_tokens))
+            kappa = self.heat.heat.kappa_of(plan.new_tokens, plan.context_lens)
+            duration = self.heat.slowed(start, duration, u, kappa)
             self.heat.passed(start, duration, u)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
@@ -279,7 +280,7 @@ class Replica:
             # slowed by recent prompt work: the whole run at its mean factor (its total time is
             # right, its first passes a little short and its last a little long)
             f = self.heat.factor(self.env.now, self.heat.heat.load(plan.new_tokens), run_time(a, b, k),
-                                 self.heat.heat.kappa_of(plan.new_tokens))
+                                 self.heat.heat.kappa_of(plan.new_tokens, plan.context_lens))
             a, b = a * f, b * f
         return (k, a, b) if k > 1 else None
 

@@ -7,7 +7,7 @@ from core.kv import BlockPool
 from core.records import PassRecord
 from core.scheduler import ContinuousBatching
 from sim.cost import ConstantCost
-from sim.heat import Heat, HeatState, factors, mixes
+from sim.heat import Heat, HeatState, factors
 from sim.run import simulate
 from tests.sim_helpers import trace_of
 
@@ -158,14 +158,15 @@ def test_the_fit_recovers_a_known_heat_from_a_pass_stream():
 
 def test_mixed_passes_slow_by_their_own_kappa_where_one_is_given():
     heat = Heat(decode=0.06, prefill=0.17, tau_s=0.04, tau_up_s=0.05, full_tokens=1024, decode_weight=8.0, mixed=0.05)
-    assert heat.kappa_of([1] * 64 + [2048]) == 0.05  # a chunk beside decodes
-    assert heat.kappa_of([2048, 512]) == pytest.approx(0.17)  # prompts only: kappa of its load, 1
-    assert heat.kappa_of([256]) == pytest.approx(0.06 + 0.11 * 0.25)
-    assert heat.kappa_of([1] * 8) == pytest.approx(0.06)
+    assert heat.kappa_of([1] * 64 + [2048], [100] * 64 + [0]) == 0.05  # a chunk beside decodes
+    assert heat.kappa_of([2048, 512], [0, 0]) == pytest.approx(0.17)  # prompts only: kappa of its load, 1
+    assert heat.kappa_of([256], [0]) == pytest.approx(0.06 + 0.11 * 0.25)
+    assert heat.kappa_of([1] * 8, [100] * 8) == pytest.approx(0.06)
     assert Heat.from_dict(heat.as_dict()) == heat
     older = Heat(decode=0.06, prefill=0.17, tau_s=0.04, tau_up_s=0.05, full_tokens=1024, decode_weight=8.0)
     assert "mixed" not in older.as_dict()  # files without it keep kappa(u) for mixed passes
-    assert older.kappa_of([1] * 64 + [2048]) == pytest.approx(older.kappa(older.load([1] * 64 + [2048])))
+    chunk = ([1] * 64 + [2048], [100] * 64 + [0])
+    assert older.kappa_of(*chunk) == pytest.approx(older.kappa(older.load(chunk[0])))
     # a simulated run prices its mixed passes by it: the same prompt work heats alike, the
     # mixed pass after it slows by `mixed` at the level, not by kappa of its load
     passes = [PassRecord.make("r", "e", 0, [4096], [0], 0.0, 0.1),
@@ -206,7 +207,7 @@ def test_the_serving_fit_recovers_known_slow_downs_from_open_runs():
             ctx = [int(rng.integers(1, 2000)) for _ in new]
             base = 0.002 + 3e-6 * sum(new)
             cost.rested[tuple(new), tuple(ctx)] = base
-            d = state.slowed(t, base, truth.load(new), truth.kappa_of(new)) * (1 + 0.002 * rng.standard_normal())
+            d = state.slowed(t, base, truth.load(new), truth.kappa_of(new, ctx)) * (1 + 0.002 * rng.standard_normal())
             passes.append(PassRecord.make(f"r{run}", "e", i, new, ctx, t, d))
             state.passed(t, d, truth.load(new))
             t += d + (0.2 if rng.random() < 0.02 else 0.0)
@@ -219,4 +220,4 @@ def test_the_serving_fit_recovers_known_slow_downs_from_open_runs():
     assert basis["before"]["mixed"] > 0.005 and basis["before"]["prefill"] < -0.005  # the start's prices miss
     assert all(abs(v) < 0.001 for v in basis["after"].values())
     with pytest.raises(ValueError, match="no mixed passes"):
-        fit_serving([[p for p in runs[0] if not mixes(p.new_tokens)]], cost, truth)
+        fit_serving([[p for p in runs[0] if p.kind != "mixed"]], cost, truth)
