@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The eleventh continuous-engine session's device calls (the device tool's copy of the tree has no
+# .git, so the call sets GIT_COMMIT):
+#   AZURE=.traces/AzureLLMInferenceTrace_conv.csv GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session11.sh knee
+#   AZURE=.traces/AzureLLMInferenceTrace_conv.csv GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/h200_session11.sh azure1x
+# (`bash benchmarks/device_tree.sh aside` before a call, `... back` after it; .traces/ carried with
+# the trace in it: the device machine cannot download it)
+# Parts (runs of configurations already under results/continuous that were measured once, below
+# saturation, so into $OUT/repeats, for results/continuous-repeats: the validation's "against the
+# real runs' range" then covers them):
+#   knee     the capacity window (1200:1520) on one H200 at the scales measured only once: continuous
+#            batching at 7, 8, 10 and 9.375 times its rate, chunked prefill at 8, 9, 11 and 10.375
+#   azure1x  three minutes of the trace at its own rate (1200:1380), continuous, then chunked
+source benchmarks/device_prelude.sh
+for part in "$@"; do
+  export CUDA_VISIBLE_DEVICES=0
+  case $part in
+    knee)
+      run 290 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 \
+        --rate-scale 7,8,10,9.375 --policy continuous --name azure-cap
+      run 270 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1520 \
+        --rate-scale 8,9,11,10.375 --policy chunked --name azure-cap
+      tar czf $OUT/repeats-knee.tgz -C $OUT repeats && rm -rf $OUT/repeats ;;
+    azure1x)
+      run 280 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1380 --policy continuous \
+        --name azure-1x
+      run 280 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1380 --policy chunked \
+        --name azure-1x
+      tar czf $OUT/repeats-azure1x.tgz -C $OUT repeats && rm -rf $OUT/repeats ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+echo "elapsed ${SECONDS}s"
