@@ -11,6 +11,9 @@
 #   knee     the capacity window (1200:1520) on one H200 at the scales measured only once: continuous
 #            batching at 7, 8, 10 and 9.375 times its rate, chunked prefill at 8, 9, 11 and 10.375
 #   azure1x  three minutes of the trace at its own rate (1200:1380), continuous, then chunked
+#   large    the seed's closed runs of p256 at the two batch sizes results/batched has and
+#            ../continuous-closed has not, 512 and 1024 (2 warm-ups, 5 recorded runs), into
+#            $OUT/large for results/continuous-closed-large/ (not read by `calibrate fit`)
 source benchmarks/device_prelude.sh
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
@@ -27,6 +30,10 @@ for part in "$@"; do
       run 280 python3 -m engine serve-trace --out $OUT/repeats --trace $AZURE --window 1200:1380 --policy chunked \
         --name azure-1x
       tar czf $OUT/repeats-azure1x.tgz -C $OUT repeats && rm -rf $OUT/repeats ;;
+    large)
+      run 400 python3 -m engine bench --engine continuous --warmup 2 --runs 5 --prompts p256 --batch-size 512,1024 \
+        --out $OUT/large
+      tar czf $OUT/large.tgz -C $OUT large && rm -rf $OUT/large ;;
     *) echo "unknown part $part" ;;
   esac
 done
