@@ -1,4 +1,4 @@
-"""Closed runs' TTFT against the calibration's replay, run by run, with how long the GPU idled before
+"""Closed runs' TTFT (and mean ITL) against the calibration's replay, run by run, with how long the GPU idled before
 each (`idle_before_s`, recorded by `python -m engine bench --engine continuous` since 861cbc0): a
 closed run's TTFT is its first pass on an idle GPU, and the replay starts that pass after the
 calibration's host term (`calibrate.replay`), whatever the idle time.
@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     cost = CalibratedCost.from_json(args.cost)
     delay = fit_cold(args.cold, cost) if args.cold else None
     by_config: dict[tuple, list] = {}
+    itl_errors: dict[tuple, list] = {}  # each run's mean ITL, replay / measured - 1
     for row in store.rows():
         if row.get("status") != "ok":
             continue
@@ -56,9 +57,10 @@ def main(argv=None) -> int:
             host = cost.host.idle_delay(passes[0], woke=False)
             cold = (ttft * (1 + r["ttft_error"]) - host + delay(idle)) / ttft - 1
         by_config.setdefault((row["prompt"], row["batch_size"]), []).append((row["run"], idle, ttft, r["ttft_error"], cold))
+        itl_errors.setdefault((row["prompt"], row["batch_size"]), []).append(r["itl_error"])
     met = met_cold = 0
-    print(f"{'prompt':>6} {'batch':>5}  TTFT median, replay error{', with the cold delay' if delay else ''}  |  "
-          f"each run: idle before (ms), TTFT (ms), replay error")
+    print(f"{'prompt':>6} {'batch':>5}  TTFT median, replay error{', with the cold delay' if delay else ''}  "
+          f"ITL replay error (runs' median)  |  each run: idle before (ms), TTFT (ms), replay error")
     for (prompt, batch), runs in by_config.items():
         runs.sort()
         median = statistics.median(t for _, _, t, _, _ in runs)
@@ -68,8 +70,9 @@ def main(argv=None) -> int:
         met_cold += abs(with_cold) <= TARGET
         each = "  ".join(f"r{i} {'-' if idle is None else f'{idle * 1e3:.1f}'} {t * 1e3:.3f} {e:+.1%}"
                          for i, idle, t, e, _ in runs)
+        itl = statistics.median(itl_errors[(prompt, batch)])
         print(f"{prompt:>6} {batch:>5}  {median * 1e3:9.3f} ms {error:+6.1%}"
-              f"{f' {with_cold:+6.1%}' if delay else ''}  |  {each}")
+              f"{f' {with_cold:+6.1%}' if delay else ''}  ITL {itl:+6.2%}  |  {each}")
     every = [run for runs in by_config.values() for run in runs]
     print(f"replay within {TARGET:.0%} of the median TTFT at {met} of {len(by_config)} configurations"
           + (f"; with the cold delay at {met_cold}" if delay else "")
