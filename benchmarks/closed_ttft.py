@@ -44,7 +44,6 @@ def main(argv=None) -> int:
     cost = CalibratedCost.from_json(args.cost)
     delay = fit_cold(args.cold, cost) if args.cold else None
     by_config: dict[tuple, list] = {}
-    itl_errors: dict[tuple, list] = {}  # each run's mean ITL, replay / measured - 1
     for row in store.rows():
         if row.get("status") != "ok":
             continue
@@ -56,28 +55,28 @@ def main(argv=None) -> int:
         if delay is not None and idle is not None:  # the replay's TTFT with the fitted delay for its host term
             host = cost.host.idle_delay(passes[0], woke=False)
             cold = (ttft * (1 + r["ttft_error"]) - host + delay(idle)) / ttft - 1
-        by_config.setdefault((row["prompt"], row["batch_size"]), []).append((row["run"], idle, ttft, r["ttft_error"], cold))
-        itl_errors.setdefault((row["prompt"], row["batch_size"]), []).append(r["itl_error"])
+        by_config.setdefault((row["prompt"], row["batch_size"]), []).append(
+            (row["run"], idle, ttft, r["ttft_error"], cold, r["itl_error"]))
     met = met_cold = 0
     print(f"{'prompt':>6} {'batch':>5}  TTFT median, replay error{', with the cold delay' if delay else ''}  "
           f"ITL replay error (runs' median)  |  each run: idle before (ms), TTFT (ms), replay error")
     for (prompt, batch), runs in by_config.items():
         runs.sort()
-        median = statistics.median(t for _, _, t, _, _ in runs)
-        error = statistics.median(e for _, _, _, e, _ in runs)
-        with_cold = statistics.median(c for *_, c in runs)
+        median = statistics.median(t for _, _, t, *_ in runs)
+        error = statistics.median(e for _, _, _, e, *_ in runs)
+        with_cold = statistics.median(c for *_, c, _ in runs)
+        itl = statistics.median(i for *_, i in runs)
         met += abs(error) <= TARGET
         met_cold += abs(with_cold) <= TARGET
         each = "  ".join(f"r{i} {'-' if idle is None else f'{idle * 1e3:.1f}'} {t * 1e3:.3f} {e:+.1%}"
-                         for i, idle, t, e, _ in runs)
-        itl = statistics.median(itl_errors[(prompt, batch)])
+                         for i, idle, t, e, *_ in runs)
         print(f"{prompt:>6} {batch:>5}  {median * 1e3:9.3f} ms {error:+6.1%}"
               f"{f' {with_cold:+6.1%}' if delay else ''}  ITL {itl:+6.2%}  |  {each}")
     every = [run for runs in by_config.values() for run in runs]
     print(f"replay within {TARGET:.0%} of the median TTFT at {met} of {len(by_config)} configurations"
           + (f"; with the cold delay at {met_cold}" if delay else "")
-          + f"; each run's |error| {statistics.fmean(abs(e) for _, _, _, e, _ in every):.2%} on average"
-          + (f" ({statistics.fmean(abs(c) for *_, c in every):.2%} with the cold delay)" if delay else ""))
+          + f"; each run's |error| {statistics.fmean(abs(e) for _, _, _, e, *_ in every):.2%} on average"
+          + (f" ({statistics.fmean(abs(c) for *_, c, _ in every):.2%} with the cold delay)" if delay else ""))
     return 0
 
 
