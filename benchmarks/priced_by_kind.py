@@ -3,11 +3,11 @@
 summed over the passes of each kind, for the runs the calibration's heat slow-downs are fitted
 on (`calibrate fit --serving-heat`: every run under results/continuous but the capacity check's
 `azure-cap-*`) and for the capacity runs, held out of that fit; with --runs, run by run; with
---dir continuous-repeats, the runs measured again (every one held out, the latest five on a card
-none of the fitted runs ran on), --only picking runs by a part of their id.
+--dir continuous-repeats, the runs measured again (every one held out; those of 2026-12-01 on
+cards none of the fitted runs ran on), --only picking runs by a part of their id.
 
     python benchmarks/priced_by_kind.py --cost results/calibration/h200-heat-run.json --cost calibrated:h200
-    python benchmarks/priced_by_kind.py --dir continuous-repeats --only 20261201 --runs --cost results/calibration/h200-heat-run.json --cost calibrated:h200
+    python benchmarks/priced_by_kind.py --dir continuous-repeats --only 20261201T03 --runs --cost results/calibration/h200-heat-run.json --cost calibrated:h200
 """
 from __future__ import annotations
 
