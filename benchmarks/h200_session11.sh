@@ -14,6 +14,10 @@
 #   large    the seed's closed runs of p256 at the two batch sizes results/batched has and
 #            ../continuous-closed has not, 512 and 1024 (2 warm-ups, 5 recorded runs), into
 #            $OUT/large for results/continuous-closed-large/ (not read by `calibrate fit`)
+#   inarow   the sweep's tests on the GPU (run_sweep's in_a_row is new), then on one card the default
+#            grid once in the sweep's windows and once with each shape 6 times in a row, launched as
+#            served (`--in-a-row 6 --launch served`): whether a shape timed back to back runs slower than
+#            in the windows, by decode bucket; into $OUT/inarow (kinds sweep and sweep-in-a-row)
 source benchmarks/device_prelude.sh
 for part in "$@"; do
   export CUDA_VISIBLE_DEVICES=0
@@ -34,6 +38,11 @@ for part in "$@"; do
       run 400 python3 -m engine bench --engine continuous --warmup 2 --runs 5 --prompts p256 --batch-size 512,1024 \
         --out $OUT/large
       tar czf $OUT/large.tgz -C $OUT large && rm -rf $OUT/large ;;
+    inarow)
+      run 150 python3 -m pytest -q -p no:cacheprovider tests/test_calibrate_sweep.py
+      run 200 python3 -m calibrate sweep --repeats 1 --out $OUT/inarow
+      run 330 python3 -m calibrate sweep --repeats 1 --in-a-row 6 --launch served --out $OUT/inarow
+      tar czf $OUT/inarow.tgz -C $OUT inarow && rm -rf $OUT/inarow ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -53,6 +53,10 @@ def sweep_main(argv: list[str]) -> int:
                    help="timed passes launched 16 at a time behind a short lead, each window built first "
                         "(windows, default), or each built and launched while the one before it runs, as the "
                         "serving loop does (served)")
+    p.add_argument("--in-a-row", type=number(int, low=1), default=1, metavar="K",
+                   help="time each shape of a round K times back to back (with --launch served its batch built "
+                        "once), as a GPU kept busy on one shape runs it; a diagnostic: its rows' kind ends in "
+                        "-in-a-row, which fit does not read (default 1)")
     p.add_argument("--grid", choices=("default", "mixtures", "mixed"), default="default",
                    help="the calibration's grid (default); decode batches of spread contexts beside their twins "
                         "of one context (mixtures); or mixed passes as the chunked policy builds them on a served "
@@ -102,18 +106,19 @@ def sweep_main(argv: list[str]) -> int:
         return 2
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    kind = "sweep" if args.grid == "default" else f"sweep-{args.grid}"  # (fit reads the kind "sweep" alone)
+    kind = ("sweep" if args.grid == "default" else f"sweep-{args.grid}") + ("-in-a-row" if args.in_a_row > 1 else "")
+    # (fit reads the kind "sweep" alone)
     run_id = f"{kind}-{stamp}"
-    print(f"{len(shapes)} shapes x ({args.repeats} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
+    print(f"{len(shapes)} shapes x ({args.repeats}{f' x {args.in_a_row} in a row' if args.in_a_row > 1 else ''} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")
     wall = time.perf_counter()
-    with tqdm(total=len(shapes) * (args.repeats + 1), desc="sweep", unit="pass", file=sys.stderr) as bar:
+    with tqdm(total=len(shapes) * (args.repeats * args.in_a_row + 1), desc="sweep", unit="pass", file=sys.stderr) as bar:
         passes = run_sweep(runner, shapes, args.repeats, args.seed, run_id,
-                           progress=lambda i, n: bar.update(i - bar.n), launch=args.launch)
+                           progress=lambda i, n: bar.update(i - bar.n), launch=args.launch, in_a_row=args.in_a_row)
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
     row = {"run_id": run_id, "engine": "continuous", "kind": kind, "shapes": len(shapes), "repeats": args.repeats,
-           "passes": len(passes), "launch": args.launch, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
+           "passes": len(passes), "launch": args.launch, "in_a_row": args.in_a_row, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,

@@ -214,7 +214,8 @@ def fake_plan(shape: Shape, block_size: int, vocab: int, rng: np.random.Generato
 
 def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: int = 0, run_id: str = "sweep",
               progress=None, window: int = 16, scatter: bool = False, fill_std: float = 1.0,
-              shuffled: bool = True, launch: str = "windows", warm_up: bool = True) -> list[PassRecord]:
+              shuffled: bool = True, launch: str = "windows", warm_up: bool = True,
+              in_a_row: int = 1) -> list[PassRecord]:
     """Time every shape `repeats` times, one PassRecord per timed pass (`step` numbering them as
     they ran). One untimed pass of every shape first (compiles, graphs' first replays), then
     `repeats` rounds over all shapes, each round in a new random order, so that a timed pass
@@ -229,9 +230,13 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     busy as the engine does: built from scratch, a batch of 256 sequences took the H200's host
     longer than its pass, and the heat run's decode segments of 256 and 512 sequences left the GPU
     idle a third of their time (heat-20261130T071047). `warm_up=False` skips the untimed pass of every shape (for
-    shapes the runner has run before: `benchmarks/heat_response.py` times designed sequences)."""
+    shapes the runner has run before: `benchmarks/heat_response.py` times designed sequences).
+    `in_a_row` > 1 times each shape of a round that many times back to back (with `launch="served"`
+    its batch built once): a shape's passes as a GPU kept busy on it runs them."""
     if launch not in ("windows", "served"):
         raise ValueError(f"launch {launch!r}: windows or served")
+    if in_a_row < 1:
+        raise ValueError(f"in_a_row must be at least 1, got {in_a_row}")
     cache = runner.cache
     needed = max(blocks_needed(s, cache.block_size) for s in shapes)
     if needed > cache.num_blocks:
@@ -247,12 +252,12 @@ def run_sweep(runner: ModelRunner, shapes: list[Shape], repeats: int = 3, seed: 
     for _ in range(repeats):
         if shuffled:  # (else the rounds keep the given order: a logged run's own, say)
             shuffle(order)
-        timed += order
+        timed += [shape for shape in order for _ in range(in_a_row)]
     lead = Shape("lead", ((16, 1),))  # one short decode: the pass that waits for the host
     windows = [(order[i:i + window], False) for i in range(0, len(order), window)] if warm_up else []
     if launch == "windows":
         windows += [([lead] + timed[i:i + window], True) for i in range(0, len(timed), window)]
-    total = len(shapes) * (repeats + 1)
+    total = len(shapes) * (repeats * in_a_row + 1)
     vocab = runner.model.config.vocab_size
     scatter_over = cache.num_blocks if scatter else 0
     records: list[PassRecord] = []

@@ -148,3 +148,33 @@ def test_a_mixed_sweep_runs_on_the_cpu_and_is_not_the_sweep_fit_reads(tmp_path, 
     assert any(len(p.new_tokens) > 16 for p in passes)  # served ones: 16 decodes beside their chunks
     assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
     assert "no sweep under" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("launch", ["windows", "served"])
+def test_in_a_row_times_each_shape_of_a_round_that_many_times_back_to_back(launch):
+    model = build_random("tiny", dtype="float32", seed=0)
+    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(5)]
+    seen = []
+    records = run_sweep(runner, shapes, repeats=2, seed=3, launch=launch, in_a_row=3,
+                        progress=lambda done, total: seen.append((done, total)))
+    contexts = [p.context_lens[0] for p in records]
+    assert len(contexts) == 5 * 2 * 3
+    runs = [contexts[i:i + 3] for i in range(0, len(contexts), 3)]
+    assert all(len(set(run)) == 1 for run in runs)  # each shape three times in a row
+    assert sorted(run[0] for run in runs) == sorted([8 + i for i in range(5)] * 2)  # every shape in both rounds
+    assert seen[-1] == (35, 35)  # every shape's warm-up pass and its six timed ones
+    with pytest.raises(ValueError, match="in_a_row must be at least 1"):
+        run_sweep(runner, shapes, in_a_row=0)
+
+
+def test_an_in_a_row_sweep_is_not_the_sweep_fit_reads(tmp_path, capsys):
+    from calibrate.__main__ import main
+    from core.runstore import RunStore
+    assert main(["sweep", "--in-a-row", "2", "--launch", "served", "--repeats", "1", "--max-batch", "4",
+                 "--max-context", "64", "--out", str(tmp_path)]) == 0
+    rows = RunStore(tmp_path / "calibration").rows()
+    assert [(r["kind"], r["in_a_row"], r["launch"]) for r in rows] == [("sweep-in-a-row", 2, "served")]
+    assert len(RunStore(tmp_path / "calibration").passes(rows[0]["run_id"])) == 2 * rows[0]["shapes"]
+    assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
+    assert "no sweep under" in capsys.readouterr().err
