@@ -115,7 +115,8 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
     for lengths in SEED_GROUPS:
         if max(lengths) <= max_context and sum(lengths) <= max_pass_tokens:
             shapes.append(Shape("prompts seed " + "+".join(map(str, lengths)), tuple((0, n) for n in lengths)))
-    return [s for s in shapes if s.tokens_held <= max_tokens_held]
+    # (a pass holds max_batch sequences at most: the runner's buffers are sized for that many)
+    return [s for s in shapes if s.tokens_held <= max_tokens_held and len(s.seqs) <= max_batch]
 
 
 MIXTURE_BATCHES = (40, 64, 72, 80, 96, 104, 112, 120, 160, 256)
