@@ -106,19 +106,24 @@ def sweep_main(argv: list[str]) -> int:
         return 2
     store = RunStore(out / "calibration")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    kind = ("sweep" if args.grid == "default" else f"sweep-{args.grid}") + ("-in-a-row" if args.in_a_row > 1 else "")
+    in_a_row = args.in_a_row > 1
     # (fit reads the kind "sweep" alone)
+    kind = ("sweep" if args.grid == "default" else f"sweep-{args.grid}") + ("-in-a-row" if in_a_row else "")
     run_id = f"{kind}-{stamp}"
-    print(f"{len(shapes)} shapes x ({args.repeats}{f' x {args.in_a_row} in a row' if args.in_a_row > 1 else ''} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
+    timed = f"{args.repeats}" + (f" x {args.in_a_row} in a row" if in_a_row else "")
+    print(f"{len(shapes)} shapes x ({timed} timed + 1 warm-up) on {provenance(device)['gpu']}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, {blocks:,} KV blocks")
     wall = time.perf_counter()
-    with tqdm(total=len(shapes) * (args.repeats * args.in_a_row + 1), desc="sweep", unit="pass", file=sys.stderr) as bar:
+    total = len(shapes) * (args.repeats * args.in_a_row + 1)
+    with tqdm(total=total, desc="sweep", unit="pass", file=sys.stderr) as bar:
         passes = run_sweep(runner, shapes, args.repeats, args.seed, run_id,
                            progress=lambda i, n: bar.update(i - bar.n), launch=args.launch, in_a_row=args.in_a_row)
     meta = {"model": model.config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
             "device": device.type, **provenance(device)}
     row = {"run_id": run_id, "engine": "continuous", "kind": kind, "shapes": len(shapes), "repeats": args.repeats,
-           "passes": len(passes), "launch": args.launch, "in_a_row": args.in_a_row, "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context, "block_size": args.block_size,
+           "passes": len(passes), "launch": args.launch, "in_a_row": args.in_a_row,
+           "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context,
+           "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,
