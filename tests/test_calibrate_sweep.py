@@ -10,9 +10,14 @@ from engine.paged import PagedKVCache  # noqa: E402
 from engine.weights import build_random  # noqa: E402
 
 
-def test_rounds_interleave_the_shapes_and_time_each_one_repeats_times():
+def tiny_runner() -> ModelRunner:
+    """The tiny model's runner on the CPU: 64 KV blocks of 16, batches of up to 4, eager kernels."""
     model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    return ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+
+
+def test_rounds_interleave_the_shapes_and_time_each_one_repeats_times():
+    runner = tiny_runner()
     shapes = [Shape(f"s{i}", seqs) for i, seqs in
               enumerate((((8, 1),), ((20, 1), (3, 1)), ((0, 12),), ((5, 7), (30, 1)), ((0, 3), (0, 5))))]
     records = run_sweep(runner, shapes, repeats=3, seed=1)
@@ -43,8 +48,7 @@ def test_the_grid_has_prompt_passes_a_cuda_graph_runs_padded():
 
 
 def test_rounds_can_keep_the_given_order():
-    model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    runner = tiny_runner()
     shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(20)]
     records = run_sweep(runner, shapes, repeats=2, shuffled=False)
     assert [p.context_lens[0] for p in records] == [8 + i for i in range(20)] * 2
@@ -52,8 +56,7 @@ def test_rounds_can_keep_the_given_order():
 
 @pytest.mark.parametrize("launch", ["windows", "served"])
 def test_both_ways_of_launching_time_every_shape_in_the_rounds_order(launch):
-    model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    runner = tiny_runner()
     shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(20)]
     seen = []
     records = run_sweep(runner, shapes, repeats=2, shuffled=False, launch=launch,
@@ -66,8 +69,7 @@ def test_both_ways_of_launching_time_every_shape_in_the_rounds_order(launch):
 
 
 def test_an_unknown_way_of_launching_is_refused():
-    model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    runner = tiny_runner()
     with pytest.raises(ValueError, match="windows or served"):
         run_sweep(runner, [Shape("s", ((8, 1),))], launch="batched")
 
@@ -85,8 +87,7 @@ def test_served_launches_build_a_repeated_shape_once(monkeypatch):
     the host does not rebuild (and the GPU wait for) a batch it has built before."""
     import calibrate.sweep as sweep
 
-    model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    runner = tiny_runner()
     built = []
     real = sweep.fake_plan
     monkeypatch.setattr(sweep, "fake_plan", lambda shape, *a, **k: built.append(shape.group) or real(shape, *a, **k))
@@ -152,8 +153,7 @@ def test_a_mixed_sweep_runs_on_the_cpu_and_is_not_the_sweep_fit_reads(tmp_path, 
 
 @pytest.mark.parametrize("launch", ["windows", "served"])
 def test_in_a_row_times_each_shape_of_a_round_that_many_times_back_to_back(launch):
-    model = build_random("tiny", dtype="float32", seed=0)
-    runner = ModelRunner(model, PagedKVCache(model.config, 64, 16, torch.float32, "cpu"), 4, "eager")
+    runner = tiny_runner()
     shapes = [Shape(f"s{i}", ((8 + i, 1),)) for i in range(5)]
     seen = []
     records = run_sweep(runner, shapes, repeats=2, seed=3, launch=launch, in_a_row=3,
