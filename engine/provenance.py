@@ -33,10 +33,24 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()})"
 
 
-def provenance(device: torch.device) -> dict:
-    """The fields every result row carries."""
+def gpu_uuids(device: torch.device, count: int = 1) -> str | None:
+    """The cards a run ran on, as nvidia-smi names them ("GPU-" and the UUID; `count` GPUs from
+    the device's index, space-separated), so that runs on one card can be told from runs on
+    another of the same model: None on the CPU or where this torch does not tell."""
+    if device.type != "cuda":
+        return None
+    first = device.index or 0
+    try:
+        return " ".join(f"GPU-{torch.cuda.get_device_properties(first + i).uuid}" for i in range(count))
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def provenance(device: torch.device, gpus: int = 1) -> dict:
+    """The fields every result row carries (`gpus`: how many cards from `device` the run used)."""
     return {
         "gpu": device_name(device),
+        "gpu_uuid": gpu_uuids(device, gpus),
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "git_commit": git_commit(),

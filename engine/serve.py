@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = RunStore(out / "continuous")
     meta = {"model": config.name, "weights": weights, "dtype": str(dtype).removeprefix("torch."),
-            "device": device.type, **provenance(device)}
+            "device": device.type, **provenance(device, args.replicas if device.type == "cuda" else 1)}
     print(f"model {source} ({weights} weights) on {meta['gpu']}, {args.replicas} replica(s), "
           f"{f'{num_blocks:,}' if num_blocks else 'the free memory in'} KV blocks of {args.block_size}, kernels "
           f"{kernels}{' + CUDA graphs' if graphs else ''}, overlap {args.overlap}; runs go to {store.root}")

@@ -32,6 +32,7 @@ def test_recorded_runs_become_rows_with_the_simulators_metrics_and_provenance(tm
         for key in ("gpu", "torch", "dtype", "weights", "git_commit", "time"):
             assert r[key], key
         assert r["weights"] == "random" and r["dtype"] == "float16" and r["torch"] == torch.__version__
+        assert r["gpu_uuid"] is None  # a CPU run names no card
         # the row's metrics are compute_metrics over the run's own request records
         requests = store.requests(r["run_id"])
         assert len(requests) == r["batch_size"] and all(q.output_tokens == 4 for q in requests)

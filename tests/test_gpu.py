@@ -161,3 +161,11 @@ def test_warm_up_runs_passes_past_the_largest_prefill_graph(model):
     cache = PagedKVCache(model.config, 2048, 16, torch.float16, "cuda")
     runner = ModelRunner(model, cache, 8, "triton", graphs=True)
     assert runner.warm_up(32768) == 12 and runner.warm_up(8192) == 0
+
+
+def test_rows_name_the_card_as_nvidia_smi_does():
+    from engine.provenance import gpu_uuids, provenance
+    card = provenance(torch.device("cuda"))["gpu_uuid"]
+    assert card.startswith("GPU-") and len(card) == len("GPU-") + 36  # GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+    assert gpu_uuids(torch.device("cuda:0")) == card
+    assert gpu_uuids(torch.device("cpu")) is None
