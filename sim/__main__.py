@@ -221,11 +221,21 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def report_dir(args: argparse.Namespace) -> Path:
     """Where `compare` writes: --out, else RESULTS/validation for the report the defaults make (the
     committed one), else out/validation: a subset of the runs (--only), another cost model, other
-    seeds or another cost error never replace the committed report unless told to."""
+    seeds, another cost error or no cards' offsets never replace the committed report unless told
+    to."""
     if args.out:
         return args.out
-    committed = (args.only, args.cost, args.seeds, args.cost_error) == (None, "calibrated:h200", 5, 0.02)
+    committed = ((args.only, args.cost, args.seeds, args.cost_error, args.card_offset)
+                 == (None, "calibrated:h200", 5, 0.02, True))
     return args.results / "validation" if committed else REPO / "out" / "validation"
+
+
+def progress_of(bar):
+    """A `progress(done, total)` callback that moves a tqdm bar."""
+    def progress(i, n):
+        bar.total = n
+        bar.update(i - bar.n)
+    return progress
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -234,7 +244,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from sim.compare import charts, error_rows, measured_rows, report_page, run_compare, select_runs, targets
+    from sim.compare import (card_offsets, charts, error_rows, measured_rows, report_page, run_compare, select_runs,
+                             targets, with_card_offsets)
 
     out = report_dir(args)
     if args.seeds < 0:
@@ -245,13 +256,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--cost-error must be from 0 to below 1 (0.02: every pass 2% shorter and longer), "
                          f"got {args.cost_error}")
     select_runs(args.results, only=args.only)  # none to compare: the error before the progress bar
+    jobs = args.jobs or os.cpu_count() or 1
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
-        def progress(i, n):
-            bar.total = n
-            bar.update(i - bar.n)
-        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress, seeds=args.seeds,
-                                  cost_error=args.cost_error, jobs=args.jobs or os.cpu_count() or 1)
-    checks = targets(comparisons, measured_rows(args.results))
+        comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress_of(bar),
+                                  seeds=args.seeds, cost_error=args.cost_error, jobs=jobs)
+    measured = measured_rows(args.results)
+    checks = targets(comparisons, measured)
+    offsets = card_offsets(args.results, args.cost) if args.card_offset else {}
+    if offsets:
+        with tqdm(desc="compare with the cards' offsets", unit="run", file=sys.stderr) as bar:
+            carded = run_compare(args.results, args.cost, only=args.only, progress=progress_of(bar), seeds=args.seeds,
+                                 jobs=jobs, offsets={k: v[0] for k, v in offsets.items()})
+        checks = with_card_offsets(checks, targets(carded, measured), offsets)
     out.mkdir(parents=True, exist_ok=True)
     errors = pd.DataFrame(error_rows(comparisons))
     errors.to_csv(out / "errors.csv", index=False)
@@ -274,6 +290,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"targets met within the cost model's error (every pass {args.cost_error:.0%} shorter and longer; no "
               f"error where the real value lies between those simulations and the run's own) on "
               f"{sum(t['met_within_cost_error'] for t in moved)} of the {len(moved)} runs below saturation")
+    carded = [t for t in checks if "card_met" in t]
+    if carded:
+        spread = sorted(t["card_offset"] for t in carded)
+        print(f"targets met with each card's offset (the mean of its other runs' measured over priced pass time, "
+              f"{spread[0] - 1:+.1%} to {spread[-1] - 1:+.1%}) on {sum(t['card_met'] for t in carded)} of the "
+              f"{len(carded)} runs whose card served others ({sum(t['met'] for t in carded)} of them without)")
     for c in comparisons:
         print(f"  {c.run_id}: {c.diagnosis['verdict']}")
     if not args.no_charts:
@@ -331,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None,
                      help="report directory (default RESULTS/validation, the committed report's; with --only, or "
-                          "a --cost, --seeds or --cost-error other than the defaults, out/validation)")
+                          "a --cost, --seeds, --cost-error or --card-offset other than the defaults, out/validation)")
     cmp.add_argument("--seeds", type=int, default=5,
                      help="simulations a run, pass and host times scattered as the calibration measured the engine's "
                           "own (its \"noise\"; sim/noise.py): each statistic their median, the range they span "
@@ -340,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="simulate each run below saturation again with every pass this much shorter and longer "
                           "(about the calibration's held-out error; default 0.02, 0: not), and hold the simulator "
                           "to the interval those results span as well")
+    cmp.add_argument("--card-offset", action=argparse.BooleanOptionalAction, default=True,
+                     help="also simulate each run whose card served other runs with every pass as much longer or "
+                          "shorter as those runs' passes took over their price (sim/card.py), and report the targets "
+                          "so (default: on)")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     cmp.add_argument("--jobs", type=int, default=None,
                      help="worker processes, a run each (default: one per CPU; the same report as one process)")

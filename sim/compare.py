@@ -260,35 +260,71 @@ def select_runs(results: Path, gpu: str | None = None, only: str | None = None) 
 
 
 def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | None = None,
-                progress=None, seeds: int = 0, cost_error: float = 0.0, jobs: int = 1) -> list[Comparison]:
+                progress=None, seeds: int = 0, cost_error: float = 0.0, jobs: int = 1,
+                offsets: dict[str, float] | None = None) -> list[Comparison]:
     """`compare` on every selected run, in `jobs` worker processes (the same comparisons as one
-    process makes, in the runs' order; the largest runs start first)."""
+    process makes, in the runs' order; the largest runs start first). With `offsets` ({run id:
+    factor}, e.g. `card_offsets`'), only those runs, each with every pass `factor` times as long."""
     rows = select_runs(results, gpu, only)
+    specs = [cost] * len(rows)
+    if offsets is not None:
+        rows = [r for r in rows if r["run_id"] in offsets]
+        specs = [f"{cost}*{offsets[r['run_id']]:.6f}" for r in rows]
+        if not rows:
+            return []
     if jobs <= 1 or len(rows) == 1:
         store = RunStore(results / "continuous")
-        cost_of = cost_loader(cost)
         out = []
-        for i, row in enumerate(rows):
-            out.append(compare(row, store, cost, cost_of(row["model"]), seeds, cost_error))
+        for i, (row, spec) in enumerate(zip(rows, specs)):
+            cost_of = _LOADERS.setdefault(spec, cost_loader(spec))
+            out.append(compare(row, store, spec, cost_of(row["model"]), seeds, cost_error))
             if progress is not None:
                 progress(i + 1, len(rows))
         return out
     from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(min(jobs, len(rows))) as pool:
         largest_first = sorted(range(len(rows)), key=lambda i: -(rows[i].get("requests") or 0))
-        futures = {i: pool.submit(compare_in_worker, results, rows[i], cost, seeds, cost_error) for i in largest_first}
+        futures = {i: pool.submit(compare_in_worker, results, rows[i], specs[i], seeds, cost_error)
+                   for i in largest_first}
         for done, _ in enumerate(as_completed(futures.values()), 1):
             if progress is not None:
                 progress(done, len(rows))
         return [futures[i].result() for i in range(len(rows))]
 
 
-_WORKER_LOADERS: dict = {}  # a worker process's `cost_loader` of each cost spec
+def card_offsets(results: Path, cost: str) -> dict[str, tuple[float, int]]:
+    """{run id: (offset, other runs)} of the runs under RESULTS/continuous whose card served other
+    runs there or under continuous-repeats: the mean of those runs' measured over priced pass
+    time (`sim.card`)."""
+    from sim.card import card_offsets as offsets_on_cards
+    rows = engine_runs(results)
+    here, again = RunStore(results / "continuous"), RunStore(results / REPEATS)
+    runs = [(r, here) for r in rows] + [(r, again) for r in repeat_rows(results)]
+    return {rows[i]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost)).items() if i < len(rows)}
+
+
+def with_card_offsets(checks: list[dict], carded: list[dict], offsets: dict[str, tuple[float, int]]) -> list[dict]:
+    """`targets`' rows with, where the run was simulated again with its card's offset (`carded`:
+    `targets` of those comparisons), the offset, how many runs measured it, the worst errors and
+    whether the targets are met so."""
+    by_run = {t["run_id"]: t for t in carded}
+    out = []
+    for t in checks:
+        c = by_run.get(t["run_id"])
+        if c is not None:
+            offset, runs = offsets[t["run_id"]]
+            t = t | {"card_offset": offset, "card_runs": runs, "card_met": c["met"]} | {
+                f"card_{k}": c[k] for k in ("worst_p50_p90", "worst_p99", "queue_growth_error") if k in c}
+        out.append(t)
+    return out
+
+
+_LOADERS: dict = {}  # this process's `cost_loader` of each cost spec (a worker's, or the one process's)
 
 
 def compare_in_worker(results: Path, row: dict, cost: str, seeds: int, cost_error: float) -> Comparison:
     """`compare` in a worker process of `run_compare` (each loads a model's cost model once)."""
-    cost_of = _WORKER_LOADERS.setdefault(cost, cost_loader(cost))
+    cost_of = _LOADERS.setdefault(cost, cost_loader(cost))
     return compare(row, RunStore(results / "continuous"), cost, cost_of(row["model"]), seeds, cost_error)
 
 
@@ -517,13 +553,15 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
                  "percentile (0 between real runs), and whether that meets the targets. Where every pass was "
                  "also simulated shorter and longer by the cost model's error: the worst error of the interval "
                  "those simulations span with the run's own (0 where the real value lies inside), and whether "
-                 "that meets the targets.</p><table><tr>"
+                 "that meets the targets. Where the run's card served other runs: the mean of their measured over "
+                 "priced pass time (the card's offset, sim/card.py), and whether the run simulated with every pass "
+                 "that much longer meets the targets.</p><table><tr>"
                  "<th>run</th><th>saturated</th><th>worst |error| p50/p90</th><th>worst |error| p99</th>"
                  "<th>queue growth error</th><th>met</th><th>real repeats</th><th>repeats' worst p50/p90</th>"
                  "<th>repeats' worst p99</th><th>against the range: worst p50/p90</th>"
                  "<th>against the range: worst p99</th><th>met against the range</th>"
                  "<th>within the cost error: worst p50/p90</th><th>within the cost error: worst p99</th>"
-                 "<th>met within the cost error</th></tr>")
+                 "<th>met within the cost error</th><th>card's offset</th><th>met with the card's offset</th></tr>")
     for t in checks:
         ranged, moved = t.get("met_against_range"), t.get("met_within_cost_error")
         parts.append(f"<tr><td style='text-align:left'>{t['run_id']}</td><td>{t['saturated']}</td>"
@@ -533,7 +571,8 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
                      f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{pct(t.get('range_worst_p50_p90'))}</td>"
                      f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else ranged}</td>"
                      f"<td>{pct(t.get('cost_worst_p50_p90'))}</td><td>{pct(t.get('cost_worst_p99'))}</td>"
-                     f"<td>{'' if moved is None else moved}</td></tr>")
+                     f"<td>{'' if moved is None else moved}</td><td>{pct(t.get('card_offset', 1.0) - 1)}</td>"
+                     f"<td>{t.get('card_met', '')}</td></tr>")
     parts.append("</table>")
     if "latency-vs-rate" in pictures:
         parts.append("<h2>Latency against arrival rate</h2>" + img(pictures["latency-vs-rate"]))

@@ -169,14 +169,14 @@ def test_a_subset_of_the_runs_does_not_replace_the_report(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("option", [[], ["--only", "trace"], ["--cost", "calibrated:h200*1.02"], ["--seeds", "0"],
-                                    ["--cost-error", "0"], ["--out", "elsewhere"]])
+                                    ["--cost-error", "0"], ["--card-offset", False], ["--out", "elsewhere"]])
 def test_only_the_default_options_write_the_committed_report(tmp_path, monkeypatch, option):
     import sim.__main__ as cli
     monkeypatch.setattr(cli, "REPO", tmp_path / "repo")
     args = argparse.Namespace(out=None, only=None, cost="calibrated:h200", seeds=5, cost_error=0.02,
-                              results=tmp_path / "results")
+                              card_offset=True, results=tmp_path / "results")
     for name, value in zip(option[::2], option[1::2]):
-        setattr(args, name[2:].replace("-", "_"), {"--seeds": int, "--cost-error": float,
+        setattr(args, name[2:].replace("-", "_"), {"--seeds": int, "--cost-error": float, "--card-offset": bool,
                                                    "--out": Path}.get(name, str)(value))
     expected = (tmp_path / "results" / "validation" if not option else
                 Path("elsewhere") if option[0] == "--out" else tmp_path / "repo" / "out" / "validation")
@@ -289,3 +289,38 @@ def test_worker_processes_make_the_same_comparisons_in_the_same_order(tmp_path):
     assert [c.run_id for c in two] == [c.run_id for c in one] and len(one) == 3
     assert [c.table for c in two] == [c.table for c in one]
     assert [c.diagnosis["verdict"] for c in two] == [c.diagnosis["verdict"] for c in one]
+
+
+def test_a_run_is_simulated_again_with_its_cards_offset_from_the_other_runs_on_it(tmp_path, capsys):
+    """A second run of the fixture on the same card (its row's commit and time: the same device
+    call), its passes 10% slower: the first is simulated again with every pass as much longer as
+    the second's passes took over their price, and the second with the first's offset; a third on
+    another card (a GPU UUID of its own) has no other run to take an offset from."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    store = results / "continuous"
+    (row,) = [json.loads(line) for line in open(store / "runs.jsonl")]
+    _, passes = real_records()
+    slower = [dict(p, duration_s=p["duration_s"] * 1.1) for p in passes]
+    for suffix, records, uuid in (("-slower", slower, None), ("-elsewhere", passes, "GPU-other")):
+        again = dict(row, run_id=row["run_id"] + suffix, gpu_uuid=uuid)
+        shutil.copytree(store / row["run_id"], store / again["run_id"])
+        with gzip.open(store / again["run_id"] / "passes.jsonl.gz", "wt") as f:
+            f.writelines(json.dumps(p) + "\n" for p in records)
+        with open(store / "runs.jsonl", "a") as f:
+            f.write(json.dumps(again) + "\n")
+    out = tmp_path / "validation"
+    assert sim_main(["compare", "--results", str(results), "--cost", f"constant:{COST}", "--no-charts", "--seeds", "0",
+                     "--cost-error", "0", "--out", str(out)]) == 0
+    checks = {r["run_id"]: r for r in csv.DictReader(open(out / "targets.csv"))}
+    own = sum(p["duration_s"] for p in passes) / (COST * len(passes))  # measured over priced, the fixture's passes
+    first, second, third = (checks[row["run_id"] + s] for s in ("", "-slower", "-elsewhere"))
+    assert float(first["card_offset"]) == pytest.approx(own * 1.1) and float(first["card_runs"]) == 1
+    assert float(second["card_offset"]) == pytest.approx(own)
+    assert third["card_offset"] == "" and third["card_met"] == ""
+    # the first run simulated with passes of `own * 1.1` x 10 ms: as `calibrated...*factor` would
+    (moved,) = run_compare(results, f"constant:{COST}", only=row["run_id"] + "-elsewhere", offsets={
+        row["run_id"] + "-elsewhere": own * 1.1})
+    (base,) = run_compare(results, f"constant:{COST * own * 1.1}", only=row["run_id"] + "-elsewhere")
+    assert [t["sim_ms"] for t in moved.table] == pytest.approx([t["sim_ms"] for t in base.table])
+    assert "of the 2 runs whose card served others" in capsys.readouterr().out

@@ -1,0 +1,65 @@
+"""A card's offset: how much longer (or shorter) one GPU takes over the passes the calibration
+prices than the card the calibration was measured on. H200s of one model differ so (the
+committed runs' passes are priced from 2% short to 1% long, card by card), and at the knee of a
+load that moves the tail latencies by 10-20%. A served run's pass log measures it: its passes'
+measured time over their price (`run_offset`). `card_offsets` gives each run the mean offset of
+the *other* runs on its card, so that a run is never simulated with a figure taken from itself.
+
+A run's card is the GPU UUID its row names (`gpu_uuid`, recorded by the engine since it was
+added). Rows recorded before name none; for them the card is the device call: runs at one git
+commit started within `CALL_GAP_S` of the one before (the device machine kept one card per
+call; a call at another commit may have had the same card, and is taken as another one).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+
+from core.runstore import RunStore
+from sim.heat import logged_times
+
+CALL_GAP_S = 15 * 60  # runs of one device call start within a few minutes of each other
+
+
+def run_offset(cost, passes) -> float:
+    """The passes' measured time over the time `cost` prices them at, heat included (1.01: the
+    card took 1% longer than the calibration says)."""
+    priced = sum(logged_times(cost, passes))
+    if not priced > 0:
+        raise ValueError("no passes to measure a card's offset on")
+    return sum(p.duration_s for p in passes) / priced
+
+
+def cards(rows: list[dict]) -> list[str]:
+    """The card of each row: its `gpu_uuid` where recorded, else its device call (same
+    `git_commit`, started within CALL_GAP_S of the run before it at that commit)."""
+    out = [r.get("gpu_uuid") or "" for r in rows]
+    unnamed = sorted((i for i, r in enumerate(rows) if not out[i]),
+                     key=lambda i: (rows[i]["git_commit"], started(rows[i])))
+    call, last = None, None
+    for i in unnamed:
+        commit, t = rows[i]["git_commit"], started(rows[i])
+        if last is None or commit != last[0] or (t - last[1]).total_seconds() > CALL_GAP_S:
+            call = f"call {commit} {rows[i]['time']}"
+        out[i], last = call, (commit, t)
+    return out
+
+
+def started(row: dict) -> _dt.datetime:
+    return _dt.datetime.fromisoformat(row["time"])
+
+
+def card_offsets(runs: list[tuple[dict, RunStore]], cost_of) -> dict[int, tuple[float, int]]:
+    """For each run of `runs` (its row and the store holding its passes) on a card with other runs
+    among them: (the mean `run_offset` of those others, how many they are), by index into `runs`;
+    `cost_of(model)` is the cost model a row's model is priced with."""
+    rows = [row for row, _ in runs]
+    card = cards(rows)
+    offset = [run_offset(cost_of(row["model"]), store.passes(row["run_id"])) for row, store in runs]
+    out = {}
+    for i in range(len(runs)):
+        others = [offset[j] for j in range(len(runs)) if j != i and card[j] == card[i]]
+        if others:
+            out[i] = (statistics.fmean(others), len(others))
+    return out
+

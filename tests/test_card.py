@@ -1,0 +1,52 @@
+"""sim/card.py: which runs share a card, and each run's card offset taken from the others."""
+import pytest
+
+from core.records import PassRecord
+from sim.card import CALL_GAP_S, card_offsets, cards, run_offset
+from sim.cost import ConstantCost
+
+
+def row(run_id, commit="abc1234", time="2026-11-30T16:00:00+00:00", uuid=None):
+    return {"run_id": run_id, "model": "tiny", "git_commit": commit, "time": time, "gpu_uuid": uuid}
+
+
+def passes(durations):
+    return [PassRecord(run_id="r", engine="continuous", step=i, kind="decode", new_tokens=[1], context_lens=[10],
+                       start_s=float(i), duration_s=d) for i, d in enumerate(durations)]
+
+
+class Store:
+    """A RunStore's `passes` from a dict."""
+    def __init__(self, by_run):
+        self.by_run = by_run
+
+    def passes(self, run_id):
+        return self.by_run[run_id]
+
+
+def test_a_named_card_is_its_uuid_and_unnamed_runs_share_their_device_call():
+    rows = [row("a", uuid="GPU-1"), row("b", uuid="GPU-1"), row("c", uuid="GPU-2"),
+            row("d"), row("e", time="2026-11-30T16:10:00+00:00"),  # the same call: 10 minutes later
+            row("f", time="2026-11-30T16:40:00+00:00"),  # 30 minutes after e: another call
+            row("g", commit="def5678", time="2026-11-30T16:05:00+00:00")]  # another commit: another call
+    card = dict(zip("abcdefg", cards(rows)))
+    assert card["a"] == card["b"] == "GPU-1" and card["c"] == "GPU-2"
+    assert card["d"] == card["e"] and len({card["d"], card["f"], card["g"], "GPU-1", "GPU-2"}) == 5
+    assert CALL_GAP_S < 30 * 60
+
+
+def test_a_runs_offset_is_its_measured_over_priced_pass_time():
+    assert run_offset(ConstantCost(0.01), passes([0.011, 0.012, 0.010])) == pytest.approx(0.033 / 0.030)
+    with pytest.raises(ValueError, match="no passes"):
+        run_offset(ConstantCost(0.01), [])
+
+
+def test_each_run_takes_the_mean_offset_of_the_other_runs_on_its_card():
+    store = Store({"a": passes([0.010] * 4), "b": passes([0.011] * 4), "c": passes([0.012] * 4),
+                   "alone": passes([0.02] * 4)})
+    runs = [(row("a", uuid="GPU-1"), store), (row("b", uuid="GPU-1"), store), (row("c", uuid="GPU-1"), store),
+            (row("alone", uuid="GPU-2"), store)]
+    found = card_offsets(runs, lambda model: ConstantCost(0.01))
+    assert found[0] == (pytest.approx(1.15), 2)  # b's 1.1 and c's 1.2, never a's own 1.0
+    assert found[1] == (pytest.approx(1.1), 2) and found[2] == (pytest.approx(1.05), 2)
+    assert 3 not in found  # no other run on its card: no offset
