@@ -3,24 +3,28 @@ several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated
 and the simulator's capacity search (`python -m sim capacity --search rate-scale`, with the runs' limits
 and overlap mode) on the same window.
 
-Prints, per setup (policy, replicas and router), device call (the runs' commit: one machine each
-here) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
+Prints, per setup (policy, replicas and router), card (the GPU UUID the row names, else the device
+call: `sim.card.cards`) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
 run's passes priced by the cost model against their logged times (how fast that GPU ran as the
 model sees it); then, per setup, the simulator's answer (its highest scale that meets, and the
 nearest that fails) with the cost model as calibrated and with every pass 2% shorter and longer
 (`--cost-error`: the validation's band, `sim compare --cost-error`; how far the answer moves when
-a card or a load runs the passes that much off their price) and, per device call, the scales
-between which the engine stops meeting them. The runs of a setup must serve one window (the
-search runs on the first one's arrivals).
+a card or a load runs the passes that much off their price) and, per card, the scales between
+which the engine stops meeting them; with --card-offset, also the simulator's answer for that card:
+every pass as much longer as the card's runs of the other setups took over their price
+(`sim.card.run_offset`; held out from the runs it is judged against). The runs of a setup must serve
+one window (the search runs on the first one's arrivals).
 
     python benchmarks/capacity_check.py                 # the azure-cap runs under results/continuous (about a minute)
     python benchmarks/capacity_check.py --repeats       # and those under results/continuous-repeats (other cards)
+    python benchmarks/capacity_check.py --repeats --card-offset   # and each card's answer with its offset
     python benchmarks/capacity_check.py --prefix azure-cap --slo ttft:p99:200 tpot:p99:20 --cost-error 0.02
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from core.metrics import compute_metrics  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.capacity import parse_slos  # noqa: E402
+from sim.card import cards, run_offset  # noqa: E402
 from sim.compare import REPEATS, engine_runs, load_cost, repeat_rows, simulate_like, trace_of  # noqa: E402
-from sim.heat import logged_times  # noqa: E402
 from traces.io import save_trace  # noqa: E402
 from traces.trace import Trace  # noqa: E402
 
@@ -44,6 +48,25 @@ def window_at_1x(row: dict, requests) -> Trace:
     trace = trace_of(requests, row["run_id"])
     trace.arrival_s = trace.arrival_s * float(row["rate_scale"])
     return trace
+
+
+def card_labels(rows: list[dict]) -> list[str]:
+    """Each row's card (`sim.card.cards`) as a short label: a UUID's first 12 characters (GPU- and
+    8 hex digits), or the device call's commit (#2, #3 for later calls at one commit)."""
+    keys = cards(rows)
+    short: dict[str, str] = {}
+    for row, key in zip(rows, keys):
+        if key not in short:
+            base = key[:12] if key.startswith("GPU-") else row["git_commit"][:7]
+            seen = sum(label.split("#")[0] == base for label in short.values())
+            short[key] = base + (f"#{seen + 1}" if seen else "")
+    return [short[key] for key in keys]
+
+
+def agrees(answer: float, met: list[float], failed: list[float]) -> bool:
+    """Whether a capacity answer (the highest scale that meets) fits what a card did: no scale it
+    met above the answer, none it missed at or below it."""
+    return all(m <= answer for m in met) and all(f > answer for f in failed)
 
 
 def setup(row: dict) -> str:
@@ -82,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the runs of the same prefix under results/continuous-repeats (more cards)")
     ap.add_argument("--cost-error", type=float, default=0.02,
                     help="search again with every pass this much shorter and longer (default 0.02; 0: not)")
+    ap.add_argument("--card-offset", action="store_true",
+                    help="search again for each card with its offset, measured on its runs of the other setups")
     args = ap.parse_args(argv)
     if not 0 <= args.cost_error < 1:
         ap.error(f"--cost-error must be from 0 to below 1, got {args.cost_error}")
@@ -99,20 +124,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats:  # the same window served again, on other cards too
         stores[REPEATS] = RunStore(args.results / REPEATS)
         rows += [dict(r, store=REPEATS) for r in repeat_rows(args.results) if r["run_id"].startswith(args.prefix)]
+    for row, card in zip(rows, card_labels(rows)):
+        row["card"] = card
     by_setup = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r.get("replicas") or 1, setup(r), r["git_commit"], float(r["rate_scale"]))):
+    for row in sorted(rows, key=lambda r: (r.get("replicas") or 1, setup(r), r["time"], float(r["rate_scale"]))):
         by_setup[setup(row)].append(row)
     try:
         cost = load_cost(args.cost, rows[0]["model"])
     except ValueError as e:
         ap.error(str(e))
+    offsets = defaultdict(list)  # (card, setup): its runs' measured over priced pass time
     names = [f"{s.stat} {s.metric}" for s in slos]
     width = max(len(name) for name in by_setup)
-    print(f"{'setup':>{width}} {'commit':>8} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
+    print(f"{'setup':>{width}} {'card':>12} {'scale':>6}  " + "  ".join(f"{n + ' real':>13} {'sim':>8}" for n in names)
           + f"  {'real meets':>10} {'sim meets':>9} {'passes priced':>13}")
-    summary = []
+    searched = []  # per setup: its runs, the window, and the scales each card met and failed at
     for name, runs in by_setup.items():
-        met, failed = defaultdict(list), defaultdict(list)  # by commit: one device call, one GPU, here
+        met, failed = defaultdict(list), defaultdict(list)  # by card
         window = None  # the first run's requests: its arrivals are the window the search runs on
         for row in runs:
             store = stores[row.get("store", "continuous")]
@@ -121,22 +149,48 @@ def main(argv: list[str] | None = None) -> int:
             real = compute_metrics(requests).as_row()
             sim = compute_metrics(simulate_like(row, requests, cost).table).as_row()
             meets = [all(m[s.column] <= s.limit_ms for s in slos) for m in (real, sim)]
-            (met if meets[0] else failed)[row["git_commit"]].append(float(row["rate_scale"]))
-            priced = sum(logged_times(cost, passes)) / sum(p.duration_s for p in passes) - 1
-            print(f"{name:>{width}} {row['git_commit']:>8} {float(row['rate_scale']):>6g}  "
+            (met if meets[0] else failed)[row["card"]].append(float(row["rate_scale"]))
+            offsets[row["card"], name].append(run_offset(cost, passes))
+            priced = 1 / offsets[row["card"], name][-1] - 1
+            print(f"{name:>{width}} {row['card']:>12} {float(row['rate_scale']):>6g}  "
                   + "  ".join(f"{real[s.column]:>13.1f} {sim[s.column]:>8.1f}" for s in slos)
                   + f"  {meets[0]!s:>10} {meets[1]!s:>9} {priced:>+13.1%}")
+        searched.append((name, runs, window, met, failed))
+    summary = []
+    for name, runs, window, met, failed in searched:
+        card_costs = {}  # card: its offset's cost spec, from its runs of the other setups
+        for card in set(met) | set(failed) if args.card_offset else ():
+            others = [o for (c, n), each in offsets.items() if c == card and n != name for o in each]
+            if others:
+                card_costs[card] = (f"{args.cost}*{statistics.fmean(others):.5f}", len(others))
         with tempfile.TemporaryDirectory() as tmp:
             path = save_trace(window_at_1x(runs[0], window), Path(tmp) / "window.csv")
-            caps = {c["cost"]: c for c in simulated_capacity(path, runs[0], args.slo, costs)}
+            searches = list(dict.fromkeys(costs + [c for c, _ in card_costs.values()]))
+            caps = {c["cost"]: c for c in simulated_capacity(path, runs[0], args.slo, searches)}
+        answer = float(caps[args.cost]["max_rate_scale"])
         summary.append(f"{name}: simulator meets up to {caps[args.cost]['max_rate_scale']}, fails at "
                        f"{caps[args.cost]['fails_at']}" + "".join(
                            f"; passes x{c.rpartition('*')[2]}: {caps[c]['max_rate_scale']}, {caps[c]['fails_at']}"
                            for c in costs[1:]))
-        for commit in sorted(set(met) | set(failed), key=lambda c: (min(met[c] + failed[c]), c)):
-            summary.append(f"  engine at {commit}: " + (f"meets up to {max(met[commit]):g}" if met[commit] else
-                                                         "meets at none of its scales")
-                           + (f", fails from {min(failed[commit]):g}" if failed[commit] else ", fails at none"))
+        every = sorted(set(met) | set(failed), key=lambda c: (min(met[c] + failed[c]), c))
+        agreed = {"": 0, "offset": 0}
+        for card in every:
+            line = (f"  engine on {card}: " + (f"meets up to {max(met[card]):g}" if met[card] else
+                                                "meets at none of its scales")
+                    + (f", fails from {min(failed[card]):g}" if failed[card] else ", fails at none")
+                    + ("" if agrees(answer, met[card], failed[card]) else " (the simulator's answer disagrees)"))
+            agreed[""] += agrees(answer, met[card], failed[card])
+            if card in card_costs:
+                spec, runs_measured = card_costs[card]
+                own = float(caps[spec]["max_rate_scale"])
+                agreed["offset"] += agrees(own, met[card], failed[card])
+                line += (f"; simulator with the card's offset ({float(spec.rpartition('*')[2]) - 1:+.2%}, its "
+                         f"{runs_measured} run{'s' if runs_measured != 1 else ''} of other setups): meets up to {caps[spec]['max_rate_scale']}, "
+                         f"fails at {caps[spec]['fails_at']}"
+                         + ("" if agrees(own, met[card], failed[card]) else " (disagrees)"))
+            summary.append(line)
+        summary.append(f"  the simulator's answer agrees with {agreed['']} of {len(every)} cards"
+                       + (f"; with each card's offset, {agreed['offset']} of {len(card_costs)}" if card_costs else ""))
     print(f"\ncapacity (the highest rate scale meeting {', '.join(map(str, slos))}):")
     print("\n".join(summary))
     return 0
