@@ -308,6 +308,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_card_offset(args: argparse.Namespace) -> int:
+    import statistics
+
+    from core.runstore import RunStore
+    from sim.card import cards, run_offset
+    from sim.compare import REPEATS, load_cost
+
+    if not args.runs and not args.card:
+        raise ValueError("name the runs to measure the card on (run ids), or --card GPU-...")
+    stores = [RunStore(args.results / d) for d in ("continuous", REPEATS)]
+    found = [(row, store) for store in stores if store.rows_path.exists()
+             for row in store.rows() if row.get("status") == "ok"]
+    keys = cards([row for row, _ in found])
+    chosen = [(row, store, key) for (row, store), key in zip(found, keys)
+              if row["run_id"] in args.runs or (args.card and key.startswith(args.card))]
+    missing = sorted(set(args.runs) - {row["run_id"] for row, *_ in chosen})
+    if missing:
+        raise ValueError(f"no run {', '.join(missing)} under {args.results / 'continuous'} or {args.results / REPEATS}")
+    if not chosen:
+        raise ValueError(f"no runs under {args.results} on a card whose UUID starts with {args.card!r}")
+    offsets = []
+    for row, store, key in chosen:
+        offsets.append(run_offset(load_cost(args.cost, row["model"]), store.passes(row["run_id"])))
+        print(f"{row['run_id']}  {key}  {offsets[-1] - 1:+.2%}")
+    mean = statistics.fmean(offsets)
+    several = len({key for *_, key in chosen})
+    print(f"mean of {len(offsets)} run{'s' if len(offsets) > 1 else ''}"
+          + (f" (on {several} cards)" if several > 1 else "")
+          + f": {mean - 1:+.2%} over the price; simulate the card with --cost '{args.cost}*{mean:.4f}'")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -371,6 +403,17 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     cmp.add_argument("--jobs", type=int, default=None,
                      help="worker processes, a run each (default: one per CPU; the same report as one process)")
+    off = sub.add_parser("card-offset", help="how much longer a card runs the passes the cost model prices, from "
+                                             "the engine's runs on it",
+                         description="Each named run's passes' measured time over the cost model's price of them (heat "
+                                     "included; sim/card.py), their mean, and the --cost that simulates that card: "
+                                     "several runs at the load to simulate give a steadier figure than one.")
+    off.add_argument("runs", nargs="*", help="run ids under RESULTS/continuous or RESULTS/continuous-repeats")
+    off.add_argument("--card", default=None,
+                     help="every run of the card whose GPU UUID starts with this (e.g. GPU-f145ba7b; rows record it "
+                          "as gpu_uuid)")
+    off.add_argument("--results", type=Path, default=REPO / "results", help="where the engine's runs are")
+    off.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")
     met.add_argument("run", type=Path, help="a run's --out directory, or a request-records file")
@@ -383,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "capacity":
             return cmd_capacity(args)
+        if args.command == "card-offset":
+            return cmd_card_offset(args)
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "metrics":

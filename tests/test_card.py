@@ -50,3 +50,29 @@ def test_each_run_takes_the_mean_offset_of_the_other_runs_on_its_card():
     assert found[0] == (pytest.approx(1.15), 2)  # b's 1.1 and c's 1.2, never a's own 1.0
     assert found[1] == (pytest.approx(1.1), 2) and found[2] == (pytest.approx(1.05), 2)
     assert 3 not in found  # no other run on its card: no offset
+
+
+def test_the_cli_prints_each_runs_offset_their_mean_and_the_cost_to_simulate_the_card_with(tmp_path, capsys):
+    import gzip
+    import json
+    import shutil
+    from pathlib import Path
+
+    from sim.__main__ import main as sim_main
+    fixture = Path(__file__).parent / "fixtures" / "compare-tiny"
+    results = tmp_path / "results"
+    shutil.copytree(fixture, results)
+    (row,) = [json.loads(line) for line in open(results / "continuous" / "runs.jsonl")]
+    (run_dir,) = [p for p in (results / "continuous").iterdir() if p.is_dir()]
+    with gzip.open(run_dir / "passes.jsonl.gz", "rt") as f:
+        durations = [json.loads(line)["duration_s"] for line in f]
+    offset = sum(durations) / (0.01 * len(durations))
+    assert sim_main(["card-offset", row["run_id"], "--results", str(results), "--cost", "constant:0.01"]) == 0
+    out = capsys.readouterr().out
+    assert f"{offset - 1:+.2%}" in out and f"--cost 'constant:0.01*{offset:.4f}'" in out
+    assert sim_main(["card-offset", "no-such-run", "--results", str(results), "--cost", "constant:0.01"]) == 2
+    assert "no run no-such-run" in capsys.readouterr().err
+    assert sim_main(["card-offset", "--card", "GPU-none", "--results", str(results)]) == 2
+    assert "no runs under" in capsys.readouterr().err
+    assert sim_main(["card-offset", "--results", str(results)]) == 2
+    assert "name the runs" in capsys.readouterr().err
