@@ -311,15 +311,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_card_offset(args: argparse.Namespace) -> int:
     import statistics
 
-    from core.runstore import RunStore
     from sim.card import cards, run_offset
-    from sim.compare import REPEATS, load_cost
+    from sim.compare import REPEATS, load_cost, measured_runs
 
     if not args.runs and not args.card:
         raise ValueError("name the runs to measure the card on (run ids), or --card GPU-...")
-    stores = [RunStore(args.results / d) for d in ("continuous", REPEATS)]
-    found = [(row, store) for store in stores if store.rows_path.exists()
-             for row in store.rows() if row.get("status") == "ok"]
+    found = measured_runs(args.results)
     keys = cards([row for row, _ in found])
     chosen = [(row, store, key) for (row, store), key in zip(found, keys)
               if row["run_id"] in args.runs or (args.card and key.startswith(args.card))]

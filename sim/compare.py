@@ -264,7 +264,7 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
                 offsets: dict[str, float] | None = None) -> list[Comparison]:
     """`compare` on every selected run, in `jobs` worker processes (the same comparisons as one
     process makes, in the runs' order; the largest runs start first). With `offsets` ({run id:
-    factor}, e.g. `card_offsets`'), only those runs, each with every pass `factor` times as long."""
+    factor}, as from `card_offsets`), only those runs, each with every pass `factor` times as long."""
     rows = select_runs(results, gpu, only)
     specs = [cost] * len(rows)
     if offsets is not None:
@@ -297,10 +297,9 @@ def card_offsets(results: Path, cost: str) -> dict[str, tuple[float, int]]:
     runs there or under continuous-repeats: the mean of those runs' measured over priced pass
     time (`sim.card`)."""
     from sim.card import card_offsets as offsets_on_cards
-    rows = engine_runs(results)
-    here, again = RunStore(results / "continuous"), RunStore(results / REPEATS)
-    runs = [(r, here) for r in rows] + [(r, again) for r in repeat_rows(results)]
-    return {rows[i]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost)).items() if i < len(rows)}
+    runs = measured_runs(results)
+    compared = len(engine_runs(results))  # measured_runs lists them first
+    return {runs[i][0]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost)).items() if i < compared}
 
 
 def with_card_offsets(checks: list[dict], carded: list[dict], offsets: dict[str, tuple[float, int]]) -> list[dict]:
@@ -345,6 +344,12 @@ def repeat_rows(results: Path) -> list[dict]:
     """The rows of the runs measured again (results/continuous-repeats), none if there are none."""
     store = RunStore(results / REPEATS)
     return [r for r in store.rows() if r.get("status") == "ok"] if store.rows_path.exists() else []
+
+
+def measured_runs(results: Path) -> list[tuple[dict, RunStore]]:
+    """`measured_rows`, each with the store that holds its records (continuous/ or continuous-repeats/)."""
+    here, again = RunStore(results / "continuous"), RunStore(results / REPEATS)
+    return [(r, here) for r in engine_runs(results)] + [(r, again) for r in repeat_rows(results)]
 
 
 def measured_rows(results: Path) -> list[dict]:
@@ -571,7 +576,7 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
                      f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{pct(t.get('range_worst_p50_p90'))}</td>"
                      f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else ranged}</td>"
                      f"<td>{pct(t.get('cost_worst_p50_p90'))}</td><td>{pct(t.get('cost_worst_p99'))}</td>"
-                     f"<td>{'' if moved is None else moved}</td><td>{pct(t.get('card_offset', 1.0) - 1)}</td>"
+                     f"<td>{'' if moved is None else moved}</td><td>{pct(t['card_offset'] - 1) if 'card_offset' in t else ''}</td>"
                      f"<td>{t.get('card_met', '')}</td></tr>")
     parts.append("</table>")
     if "latency-vs-rate" in pictures:
