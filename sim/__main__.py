@@ -295,9 +295,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     carded = [t for t in checks if "card_met" in t]
     if carded:
         spread = sorted(t["card_offset"] for t in carded)
-        print(f"targets met with each card's offset (the mean of its other runs' measured over priced pass time, "
-              f"{spread[0] - 1:+.1%} to {spread[-1] - 1:+.1%}) on {sum(t['card_met'] for t in carded)} of the "
-              f"{len(carded)} runs whose card served others ({sum(t['met'] for t in carded)} of them without)")
+        print(f"targets met with each card's offset (the mean measured over priced pass time of its other runs at a "
+              f"like load, {spread[0] - 1:+.1%} to {spread[-1] - 1:+.1%}) on {sum(t['card_met'] for t in carded)} of "
+              f"the {len(carded)} runs whose card served others so ({sum(t['met'] for t in carded)} of them without)")
     for c in comparisons:
         print(f"  {c.run_id}: {c.diagnosis['verdict']}")
     if not args.no_charts:
@@ -394,9 +394,9 @@ def main(argv: list[str] | None = None) -> int:
                           "(about the calibration's held-out error; default 0.02, 0: not), and hold the simulator "
                           "to the interval those results span as well")
     cmp.add_argument("--card-offset", action=argparse.BooleanOptionalAction, default=True,
-                     help="also simulate each run whose card served other runs with every pass as much longer or "
-                          "shorter as those runs' passes took over their price (sim/card.py), and report the targets "
-                          "so (default: on)")
+                     help="also simulate each run whose card served other runs at a like load with every pass as "
+                          "much longer or shorter as those runs' passes took over their price (sim/card.py), and "
+                          "report the targets so (default: on)")
     cmp.add_argument("--no-charts", action="store_true", help="the tables only, no charts or report page")
     cmp.add_argument("--jobs", type=int, default=None,
                      help="worker processes, a run each (default: one per CPU; the same report as one process)")

@@ -3,7 +3,8 @@ prices than the card the calibration was measured on. H200s of one model differ 
 committed runs' passes are priced from 2% short to 1% long, card by card), and at the knee of a
 load that moves the tail latencies by 10-20%. A served run's pass log measures it: its passes'
 measured time over their price (`run_offset`). `card_offsets` gives each run the mean offset of
-the *other* runs on its card, so that a run is never simulated with a figure taken from itself.
+the *other* runs on its card at a like load, so that a run is never simulated with a figure taken
+from itself.
 
 A run's card is the GPU UUID its row names (`gpu_uuid`, recorded by the engine since it was
 added). Rows recorded before name none; for them the card is the device call: runs at one git
@@ -19,6 +20,7 @@ from core.runstore import RunStore
 from sim.heat import logged_times
 
 CALL_GAP_S = 15 * 60  # runs of one device call start within a few minutes of each other
+LOAD_RATIO = 2.0  # runs at arrival rates within this factor of each other serve a like load
 
 
 def run_offset(cost, passes) -> float:
@@ -49,16 +51,28 @@ def started(row: dict) -> _dt.datetime:
     return _dt.datetime.fromisoformat(row["time"])
 
 
+def like_load(a: dict, b: dict) -> bool:
+    """Whether two runs served a like load: the same workload on as many replicas, at arrival rates
+    (or a trace's rate scales) within LOAD_RATIO of each other. The model's error moves with the
+    load (one card's seed runs: priced 1.1-2.1% long at 3-30 req/s, -0.1 to +0.9% at 60), so a
+    card's offset for a run is taken at that run's load."""
+    def load(row: dict) -> float:
+        return row.get("rate") or row.get("rate_scale") or 1.0
+    return (a.get("workload") == b.get("workload") and (a.get("replicas") or 1) == (b.get("replicas") or 1)
+            and 1 / LOAD_RATIO <= load(a) / load(b) <= LOAD_RATIO)
+
+
 def card_offsets(runs: list[tuple[dict, RunStore]], cost_of) -> dict[int, tuple[float, int]]:
     """For each run of `runs` (its row and the store holding its passes) on a card with other runs
-    among them: (the mean `run_offset` of those others, how many they are), by index into `runs`;
-    `cost_of(model)` is the cost model a row's model is priced with."""
+    of a like load among them (`like_load`): (the mean `run_offset` of those others, how many they
+    are), by index into `runs`; `cost_of(model)` is the cost model a row's model is priced with."""
     rows = [row for row, _ in runs]
     card = cards(rows)
     offset = [run_offset(cost_of(row["model"]), store.passes(row["run_id"])) for row, store in runs]
     out = {}
     for i in range(len(runs)):
-        others = [offset[j] for j in range(len(runs)) if j != i and card[j] == card[i]]
+        others = [offset[j] for j in range(len(runs))
+                  if j != i and card[j] == card[i] and like_load(rows[i], rows[j])]
         if others:
             out[i] = (statistics.fmean(others), len(others))
     return out

@@ -294,8 +294,8 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
 
 def card_offsets(results: Path, cost: str) -> dict[str, tuple[float, int]]:
     """{run id: (offset, other runs)} of the runs under RESULTS/continuous whose card served other
-    runs there or under continuous-repeats: the mean of those runs' measured over priced pass
-    time (`sim.card`)."""
+    runs of a like load there or under continuous-repeats: the mean of those runs' measured over
+    priced pass time (`sim.card`)."""
     from sim.card import card_offsets as offsets_on_cards
     runs = measured_runs(results)
     compared = len(engine_runs(results))  # measured_runs lists them first
@@ -558,9 +558,9 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
                  "percentile (0 between real runs), and whether that meets the targets. Where every pass was "
                  "also simulated shorter and longer by the cost model's error: the worst error of the interval "
                  "those simulations span with the run's own (0 where the real value lies inside), and whether "
-                 "that meets the targets. Where the run's card served other runs: the mean of their measured over "
-                 "priced pass time (the card's offset, sim/card.py), and whether the run simulated with every pass "
-                 "that much longer meets the targets.</p><table><tr>"
+                 "that meets the targets. Where the run's card served other runs at a like load: the mean of their "
+                 "measured over priced pass time (the card's offset, sim/card.py), and whether the run simulated "
+                 "with every pass that much longer meets the targets.</p><table><tr>"
                  "<th>run</th><th>saturated</th><th>worst |error| p50/p90</th><th>worst |error| p99</th>"
                  "<th>queue growth error</th><th>met</th><th>real repeats</th><th>repeats' worst p50/p90</th>"
                  "<th>repeats' worst p99</th><th>against the range: worst p50/p90</th>"

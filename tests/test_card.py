@@ -2,7 +2,7 @@
 import pytest
 
 from core.records import PassRecord
-from sim.card import CALL_GAP_S, card_offsets, cards, run_offset
+from sim.card import CALL_GAP_S, card_offsets, cards, like_load, run_offset
 from sim.cost import ConstantCost
 
 
@@ -50,6 +50,23 @@ def test_each_run_takes_the_mean_offset_of_the_other_runs_on_its_card():
     assert found[0] == (pytest.approx(1.15), 2)  # b's 1.1 and c's 1.2, never a's own 1.0
     assert found[1] == (pytest.approx(1.1), 2) and found[2] == (pytest.approx(1.05), 2)
     assert 3 not in found  # no other run on its card: no offset
+
+
+def test_a_runs_offset_comes_from_runs_of_a_like_load_only():
+    def served(run_id, rate, workload="seed", replicas=1):
+        return dict(row(run_id, uuid="GPU-1"), workload=workload, rate=rate, replicas=replicas)
+    assert like_load(served("a", 30), served("b", 60)) and like_load(served("a", 60), served("b", 30))
+    assert not like_load(served("a", 7), served("b", 60))  # beyond LOAD_RATIO
+    assert not like_load(served("a", 60), served("b", 60, workload="azure"))
+    assert not like_load(served("a", 60), served("b", 60, replicas=2))
+    window = [dict(row(k, uuid="GPU-1"), workload="azure", rate=None, rate_scale=scale)
+              for k, scale in (("w8", 8), ("w11", 11))]
+    assert like_load(*window)
+    store = Store({"light": passes([0.010] * 4), "near": passes([0.011] * 4), "far": passes([0.020] * 4)})
+    runs = [(served("light", 30), store), (served("near", 60), store), (served("far", 480), store)]
+    found = card_offsets(runs, lambda model: ConstantCost(0.01))
+    assert found[0] == (pytest.approx(1.1), 1)  # the run at 60 req/s, not the one at 480
+    assert found[1] == (pytest.approx(1.0), 1) and 2 not in found
 
 
 def test_the_cli_prints_each_runs_offset_their_mean_and_the_cost_to_simulate_the_card_with(tmp_path, capsys):
