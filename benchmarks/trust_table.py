@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         return f"{sum(c[key] == 'True' for c in told)} of {len(told)}" if told else "-"
 
     print("| runs | how many | targets met | met against the real runs' range (runs measured more than once) "
-          "| met within the cost model's 2% | met with the card's offset from its other runs |")
+          "| met within the cost model's 2% | met with the card's offset from its other runs at a like load |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, checks in groups.items():
         if checks:
