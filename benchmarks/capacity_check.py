@@ -175,19 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         every = sorted(set(met) | set(failed), key=lambda c: (min(met[c] + failed[c]), c))
         agreed = {"": 0, "offset": 0}
         for card in every:
+            fits = agrees(answer, met[card], failed[card])
+            agreed[""] += fits
             line = (f"  engine on {card}: " + (f"meets up to {max(met[card]):g}" if met[card] else
                                                 "meets at none of its scales")
                     + (f", fails from {min(failed[card]):g}" if failed[card] else ", fails at none")
-                    + ("" if agrees(answer, met[card], failed[card]) else " (the simulator's answer disagrees)"))
-            agreed[""] += agrees(answer, met[card], failed[card])
+                    + ("" if fits else " (the simulator's answer disagrees)"))
             if card in card_costs:
                 spec, runs_measured = card_costs[card]
-                own = float(caps[spec]["max_rate_scale"])
-                agreed["offset"] += agrees(own, met[card], failed[card])
+                fits = agrees(float(caps[spec]["max_rate_scale"]), met[card], failed[card])
+                agreed["offset"] += fits
                 line += (f"; simulator with the card's offset ({float(spec.rpartition('*')[2]) - 1:+.2%}, its "
-                         f"{runs_measured} run{'s' if runs_measured != 1 else ''} of other setups): meets up to {caps[spec]['max_rate_scale']}, "
-                         f"fails at {caps[spec]['fails_at']}"
-                         + ("" if agrees(own, met[card], failed[card]) else " (disagrees)"))
+                         f"{runs_measured} run{'s' if runs_measured != 1 else ''} of other setups): meets up to "
+                         f"{caps[spec]['max_rate_scale']}, fails at {caps[spec]['fails_at']}"
+                         + ("" if fits else " (disagrees)"))
             summary.append(line)
         summary.append(f"  the simulator's answer agrees with {agreed['']} of {len(every)} cards"
                        + (f"; with each card's offset, {agreed['offset']} of {len(card_costs)}" if card_costs else ""))

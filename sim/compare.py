@@ -298,7 +298,7 @@ def card_offsets(results: Path, cost: str) -> dict[str, tuple[float, int]]:
     priced pass time (`sim.card`)."""
     from sim.card import card_offsets as offsets_on_cards
     runs = measured_runs(results)
-    compared = len(engine_runs(results))  # measured_runs lists them first
+    compared = sum(store.root == results / "continuous" for _, store in runs)  # listed first
     return {runs[i][0]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost)).items() if i < compared}
 
 
