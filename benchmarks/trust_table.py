@@ -15,22 +15,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.runstore import RunStore  # noqa: E402
 
-KINDS = ("one replica, light load (1-60 req/s)", "one replica, near saturation (75-120 req/s)", "the Azure window at 1x",
-         "two replicas below saturation", "the capacity knee, one H200 (7-11x)", "the capacity knee, two H200s (17-22x)",
-         "above saturation")
+KINDS = ("one replica, light load (1-60 req/s), 50 or 150 requests", "one replica, light load, 40 s of arrivals (5-60 req/s)",
+         "one replica, near saturation (75-120 req/s), 300 or 400 requests", "one replica, near saturation, 40 s of arrivals (75 req/s)",
+         "the Azure window at 1x", "two replicas below saturation", "the capacity knee, one H200 (7-11x)",
+         "the capacity knee, two H200s (17-22x)", "above saturation")
+# the seed runs of 40 s of arrivals (201 to 3,035 requests) beside the others (50 or 150 requests up to
+# 60 req/s, 300 or 400 above): the fewest requests of a long run, by load
+LONG_REQUESTS = {"light": 200, "near": 1000}
 
 
 def kind(row: dict, check: dict) -> str:
     if check["saturated"] == "True":
-        return KINDS[6]
+        return KINDS[8]
     replicas = row.get("replicas") or 1
     if row["run_id"].startswith("azure-cap"):
-        return KINDS[4] if replicas == 1 else KINDS[5]
+        return KINDS[6] if replicas == 1 else KINDS[7]
     if replicas > 1:
-        return KINDS[3]
+        return KINDS[5]
     if row.get("rate") is None:
-        return KINDS[2]
-    return KINDS[0] if row["rate"] <= 60 else KINDS[1]
+        return KINDS[4]
+    light = row["rate"] <= 60
+    long = row["requests"] >= LONG_REQUESTS["light" if light else "near"]
+    return KINDS[(0 if light else 2) + long]
 
 
 def main(argv=None) -> int:
