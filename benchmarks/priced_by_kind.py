@@ -1,8 +1,9 @@
 """The open runs' logged passes against their price, by kind of pass: each calibration's price
 (heat included, as the simulator runs it: `sim.heat.logged_times`) over the logged time, less 1,
 summed over the passes of each kind, for the runs the calibration's heat slow-downs are fitted
-on (`calibrate fit --serving-heat`: every run under results/continuous but the capacity check's
-`azure-cap-*`) and for the capacity runs, held out of that fit; with --runs, run by run; with
+on (`calibrate fit --serving-heat` at 5063f99: the runs under results/continuous then, but the
+capacity check's `azure-cap-*`), for the capacity runs, held out of that fit, and for the runs
+measured after it (the long seed runs of 2026-12-01 evening); with --runs, run by run; with
 --dir continuous-repeats, the runs measured again (every one held out; those of 2026-12-01 on
 cards none of the fitted runs ran on), --only picking runs by a part of their id.
 
@@ -39,12 +40,18 @@ def line(sums: dict) -> str:
     return "  ".join(f"{k} {sums[k][0] / sums[k][1] - 1:+6.2%}" if k in sums else f"{k} {'-':>6}" for k in KINDS)
 
 
+REFIT = "20261201T030038"  # 5063f99, the `--serving-heat` fit h200.json holds: runs stamped later came after it
+
+
 def group_of(run_id: str, folder: str) -> str:
     """Which side of the `--serving-heat` fit a run is on: under continuous/ the capacity runs are
-    held out of it and the others fitted on; every run elsewhere (repeats) is held out."""
+    held out of it, runs started after it too, and the others fitted on; every run elsewhere
+    (repeats) is held out."""
     if folder != "continuous":
         return f"{folder} (held out)"
-    return "held out (azure-cap-*)" if run_id.startswith("azure-cap") else "fitted on (not azure-cap-*)"
+    if run_id.startswith("azure-cap"):
+        return "held out (azure-cap-*)"
+    return "held out (measured after the fit)" if run_id.rsplit("-", 1)[-1] > REFIT else "fitted on (not azure-cap-*)"
 
 
 def main(argv=None) -> int:
@@ -71,9 +78,10 @@ def main(argv=None) -> int:
             for k, (a, b) in sums.items():
                 total[k] = (total.get(k, (0.0, 0.0))[0] + a, total.get(k, (0.0, 0.0))[1] + b)
     print("price / logged - 1, by kind of pass, summed over the runs:")
+    width = max(map(len, groups), default=0)
     for name, by_cost in sorted(groups.items()):
         for spec, sums in by_cost.items():
-            print(f"  {name:28s} {spec:40s} {line(sums)}")
+            print(f"  {name:{width}s} {spec:40s} {line(sums)}")
     return 0
 
 
