@@ -3,7 +3,7 @@ by how busy the GPU had been before each (an exponential average of its busy tim
 --tau) and by batch size: does a GPU kept busy for long run decode slower than the model says?
 Runs of one replica under RESULTS/continuous; the weighted least-squares slope of logged / priced - 1
 on the busy level, over the passes the calibration's heat slow-downs are fitted on (every run but
-the capacity check's `azure-cap-*`).
+the capacity check's `azure-cap-*` and those measured after the fit: `priced_by_kind.fitted_on`).
 
     python benchmarks/busy_decode.py --tau 1
 """
@@ -19,6 +19,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.priced_by_kind import fitted_on  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.cost import parse_cost  # noqa: E402
 from sim.heat import logged_times  # noqa: E402
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
         passes = sorted(store.passes(row["run_id"]), key=lambda p: p.start_s)
         for p, level, price in zip(passes, busy_levels(passes, args.tau), logged_times(cost, passes)):
             if p.kind == "decode" and len(p.new_tokens) > 1:
-                rows.append((not row["run_id"].startswith("azure-cap"), len(p.new_tokens), level, p.duration_s, price))
+                rows.append((fitted_on(row["run_id"]), len(p.new_tokens), level, p.duration_s, price))
     fitted, batch, level, logged, priced = (np.array(c) for c in zip(*rows))
     print(f"decode passes of one-replica open runs, logged / priced - 1 (summed), by busy level (tau {args.tau:g} s):")
     print(f"{'busy level':>12s}" + "".join(f"{f'batch {lo}-{hi}':>22s}" for lo, hi in BATCHES))

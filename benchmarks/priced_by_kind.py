@@ -43,15 +43,21 @@ def line(sums: dict) -> str:
 REFIT = "20261201T030038"  # 5063f99, the `--serving-heat` fit h200.json holds: runs stamped later came after it
 
 
+def fitted_on(run_id: str) -> bool:
+    """Whether the `--serving-heat` fit read this run of results/continuous: not a capacity run, nor
+    one started after the fit."""
+    return not run_id.startswith("azure-cap") and run_id.rsplit("-", 1)[-1] <= REFIT
+
+
 def group_of(run_id: str, folder: str) -> str:
     """Which side of the `--serving-heat` fit a run is on: under continuous/ the capacity runs are
     held out of it, runs started after it too, and the others fitted on; every run elsewhere
     (repeats) is held out."""
     if folder != "continuous":
         return f"{folder} (held out)"
-    if run_id.startswith("azure-cap"):
-        return "held out (azure-cap-*)"
-    return "held out (measured after the fit)" if run_id.rsplit("-", 1)[-1] > REFIT else "fitted on (not azure-cap-*)"
+    if fitted_on(run_id):
+        return "fitted on (not azure-cap-*)"
+    return "held out (azure-cap-*)" if run_id.startswith("azure-cap") else "held out (measured after the fit)"
 
 
 def main(argv=None) -> int:
