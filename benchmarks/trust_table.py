@@ -19,6 +19,7 @@ KINDS = ("one replica, light load (1-60 req/s), 50 or 150 requests", "one replic
          "one replica, near saturation (75-120 req/s), 300 or 400 requests", "one replica, near saturation, 40 s of arrivals (75 req/s)",
          "the Azure window at 1x", "two replicas below saturation", "the capacity knee, one H200 (7-11x)",
          "the capacity knee, two H200s (17-22x)", "above saturation")
+LIGHT, LIGHT_LONG, NEAR, NEAR_LONG, AZURE_1X, TWO_REPLICAS, KNEE_ONE, KNEE_TWO, SATURATED = KINDS
 # the seed runs of 40 s of arrivals (201 to 3,035 requests) beside the others (50 or 150 requests up to
 # 60 req/s, 300 or 400 above): the fewest requests of a long run, by load
 LONG_REQUESTS = {"light": 200, "near": 1000}
@@ -26,17 +27,17 @@ LONG_REQUESTS = {"light": 200, "near": 1000}
 
 def kind(row: dict, check: dict) -> str:
     if check["saturated"] == "True":
-        return KINDS[8]
+        return SATURATED
     replicas = row.get("replicas") or 1
     if row["run_id"].startswith("azure-cap"):
-        return KINDS[6] if replicas == 1 else KINDS[7]
+        return KNEE_ONE if replicas == 1 else KNEE_TWO
     if replicas > 1:
-        return KINDS[5]
+        return TWO_REPLICAS
     if row.get("rate") is None:
-        return KINDS[4]
-    light = row["rate"] <= 60
-    long = row["requests"] >= LONG_REQUESTS["light" if light else "near"]
-    return KINDS[(0 if light else 2) + long]
+        return AZURE_1X
+    if row["rate"] <= 60:
+        return LIGHT_LONG if row["requests"] >= LONG_REQUESTS["light"] else LIGHT
+    return NEAR_LONG if row["requests"] >= LONG_REQUESTS["near"] else NEAR
 
 
 def main(argv=None) -> int:
