@@ -43,6 +43,9 @@ NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
         r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", r"closed_ttft", *NEEDS_TORCH]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+# commands that read the Azure trace, or what a command reading it wrote (azure_conv.csv: what
+# traces/README.md converts the trace to; out/azure-sweep: the README's sweep of it, which `sim plot` draws)
+NEEDS_AZURE = [r"azure-conv-2023", r"azure_conv\.csv", r"out/azure-sweep"]
 
 
 def commands(readme: Path) -> list[str]:
@@ -84,8 +87,7 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("readme,cmd", list(cases()))
 def test_readme_command_runs(readme, cmd, workdir):
-    if ("azure-conv-2023" in cmd or "azure_conv.csv" in cmd) and not SHARED_TRACES.exists():
-        # (azure_conv.csv: what traces/README.md converts the trace to, for its later commands)
+    if any(re.search(p, cmd) for p in NEEDS_AZURE) and not SHARED_TRACES.exists():
         pytest.skip("the Azure trace is neither here (../shared/traces) nor downloadable offline")
     argv = shlex.split(cmd)
     if argv[0] in ("python", "python3"):
