@@ -66,6 +66,8 @@ def cases():
             reason = next((why for pat, why in NOT_HERE if re.search(pat, cmd)), None)
             if reason is None and not HAS_TORCH and any(re.search(p, cmd) for p in NEEDS_TORCH):
                 reason = "runs the engine: needs its extra (torch)"
+            if reason is None and not SHARED_TRACES.exists() and any(re.search(p, cmd) for p in NEEDS_AZURE):
+                reason = "the Azure trace is neither here (../shared/traces) nor downloadable offline"
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             if any(re.search(p, cmd) for p in SLOW):
                 marks.append(pytest.mark.slow)
@@ -87,8 +89,6 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("readme,cmd", list(cases()))
 def test_readme_command_runs(readme, cmd, workdir):
-    if any(re.search(p, cmd) for p in NEEDS_AZURE) and not SHARED_TRACES.exists():
-        pytest.skip("the Azure trace is neither here (../shared/traces) nor downloadable offline")
     argv = shlex.split(cmd)
     if argv[0] in ("python", "python3"):
         argv[0] = sys.executable
