@@ -7,14 +7,14 @@
 # (`bash benchmarks/device_tree.sh aside` before the call, `... back` after it)
 # Parts:
 #   long   the seed workload at light and moderate load for 40 seconds of arrivals a rate (5, 15, 30
-#          and 60 req/s: 200 to 2,400 requests), continuous batching, then chunked prefill, into
+#          and 60 req/s: 201 to 2,412 requests), continuous batching, then chunked prefill, into
 #          $OUT/long for results/continuous: the committed seed runs hold 50 or 150 requests, whose
 #          percentiles the engine's own scatter moves by more than the validation's targets (the
 #          simulator with the engine's scatter, five seeds, at 60 req/s: TTFT p50 10.9-13.0 ms with
 #          150 requests, 18.4-19.4 ms with 1,500)
 #   long2  on another card: the 30 and 60 req/s runs of `long` again, both policies, into $OUT/repeats
 #          for results/continuous-repeats (how far a long run is from itself on another card); then
-#          75 req/s for 40 s (3,000 requests), both policies, into $OUT/long for results/continuous
+#          75 req/s for 40 s (3,035 requests), both policies, into $OUT/long for results/continuous
 #   long3  on a third card: the 75 req/s runs of `long2` again (how far a run near saturation is from
 #          itself), then the 5 and 15 req/s runs of `long`, both policies, into $OUT/repeats
 source benchmarks/device_prelude.sh
