@@ -2,8 +2,9 @@
 (heat included, as the simulator runs it: `sim.heat.logged_times`) over the logged time, less 1,
 summed over the passes of each kind, for the runs the calibration's heat slow-downs are fitted
 on (`calibrate fit --serving-heat` at 5063f99: the runs under results/continuous then, but the
-capacity check's `azure-cap-*`), for the capacity runs, held out of that fit, and for the runs
-measured after it (the long seed runs of 2026-12-01 evening); with --runs, run by run; with
+capacity check's `azure-cap-*`; h200.json's `runs_read` names them), for the capacity runs, held
+out of that fit, and for the runs measured after it (the long seed runs of 2026-12-01 evening);
+with --runs, run by run; with
 --dir continuous-repeats, the runs measured again (every one held out; those of 2026-12-01 on
 cards none of the fitted runs ran on), --only picking runs by a part of their id.
 
@@ -13,6 +14,8 @@ cards none of the fitted runs ran on), --only picking runs by a part of their id
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import sys
 from pathlib import Path
 
@@ -40,13 +43,18 @@ def line(sums: dict) -> str:
     return "  ".join(f"{k} {sums[k][0] / sums[k][1] - 1:+6.2%}" if k in sums else f"{k} {'-':>6}" for k in KINDS)
 
 
-REFIT = "20261201T030038"  # 5063f99, the `--serving-heat` fit h200.json holds: runs stamped later came after it
+FIT = ROOT / "results" / "calibration" / "h200.json"  # the calibration whose `--serving-heat` fit the groups follow
+
+
+@functools.cache
+def fitted_runs() -> frozenset:
+    """The runs of results/continuous the committed calibration's fit read (its `runs_read`)."""
+    return frozenset(json.loads(FIT.read_text())["runs_read"]["continuous"])
 
 
 def fitted_on(run_id: str) -> bool:
-    """Whether the `--serving-heat` fit read this run of results/continuous: not a capacity run, nor
-    one started after the fit."""
-    return not run_id.startswith("azure-cap") and run_id.rsplit("-", 1)[-1] <= REFIT
+    """Whether the `--serving-heat` fit read this run of results/continuous."""
+    return run_id in fitted_runs()
 
 
 def group_of(run_id: str, folder: str) -> str:

@@ -208,7 +208,7 @@ def fit_main(argv: list[str]) -> int:
 
     from calibrate.heat import fit_response, fit_serving, fit_with_heat, repeat_scatter, rested_scatter
     from calibrate.mixtures import fit_spread, mixture_pairs, pair_miss
-    from calibrate.replay import engine_runs, replay_runs
+    from calibrate.replay import engine_runs, replay_runs, runs_read
     from sim.heat import factors
     from sim.calibrated import CalibratedCost
     from sim.cost import gpu_preset
@@ -233,6 +233,10 @@ def fit_main(argv: list[str]) -> int:
                    help="refit the heat's slow-downs (decode, prompt, and mixed passes on their own) on the open "
                         "runs' pass logs under RESULTS/continuous of this GPU and model, at the heat run's time "
                         "constants and loads (calibrate.heat.fit_serving); without it the heat run's own")
+    p.add_argument("--runs-of", type=Path, default=None, metavar="CALIBRATION",
+                   help="read only the open and closed runs this calibration file read (its `runs_read`: for its "
+                        "host time, serving heat and replays), so that runs measured since stay held out and the "
+                        "fit reproduces it (e.g. results/calibration/h200.json); default: every run under RESULTS")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -240,6 +244,7 @@ def fit_main(argv: list[str]) -> int:
     try:
         args = p.parse_args(argv)
         results = Path(args.results)
+        only = runs_of(args.runs_of) if args.runs_of else None
         store = RunStore(results / "calibration")
         sweeps = [r for r in store.rows() if r.get("kind") == "sweep"]
         if not sweeps:
@@ -257,6 +262,10 @@ def fit_main(argv: list[str]) -> int:
             raise ValueError(f"sweep {row['run_id']} ran on {row['gpu']!r}, not --gpu {args.gpu} "
                              f"({get_gpu(args.gpu).name})")
         passes = store.passes(row["run_id"])
+        try:  # the open and closed runs read below (for the host time, --serving-heat and the replays)
+            read = runs_read(results, row["gpu"], row["model"], only)
+        except ValueError as e:
+            raise ValueError(f"--runs-of {args.runs_of}: {e}") from None
         model = get_preset(row["model"])
         c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
         meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
@@ -318,7 +327,8 @@ def fit_main(argv: list[str]) -> int:
     serving = None
     if args.serving_heat:  # the slow-downs the simulator prices with, refitted on the engine's open runs
         try:
-            runs = [runs_store.passes(r["run_id"]) for runs_store, r in engine_runs(results, row["gpu"], row["model"])
+            runs = [runs_store.passes(r["run_id"]) for runs_store, r in engine_runs(results, row["gpu"], row["model"],
+                                                                                      only)
                     if runs_store.root.name == "continuous"]
             served, serving = fit_serving(runs, cost, heat)
         except ValueError as e:
@@ -329,7 +339,7 @@ def fit_main(argv: list[str]) -> int:
         cost = CalibratedCost(doc)
     try:  # the engine's host time, measured from the open runs' pass logs against this cost model
         from calibrate.host import measure as measure_host
-        doc["host"], host_sigmas, host_basis = measure_host(results, cost, row["gpu"], row["model"])
+        doc["host"], host_sigmas, host_basis = measure_host(results, cost, row["gpu"], row["model"], only)
     except ValueError as e:  # no open runs of this GPU and model to measure it on: no host time
         host_basis, host_sigmas = None, {}
         print(f"host time: not measured ({e})")
@@ -337,7 +347,8 @@ def fit_main(argv: list[str]) -> int:
     # repeats of a shape), and the host's terms', from the open runs' pass logs
     pass_sigma = rested_scatter(heat_passes, heat_run["segments"]) if heat_run else repeat_scatter(passes)
     doc["noise"] = {"pass_sigma": pass_sigma} | host_sigmas
-    doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"])
+    doc["runs_read"] = read
+    doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
     out = store.root / f"{name}.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)
@@ -381,6 +392,19 @@ def fit_main(argv: list[str]) -> int:
             print(f"chart: {path}")
     print(f"written {out}")
     return 0
+
+
+def runs_of(path: Path) -> dict:
+    """`--runs-of`: the runs a calibration file read ({folder: run ids}, its `runs_read`)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--runs-of {path}: not a readable calibration file ({e})") from None
+    read = doc.get("runs_read") if isinstance(doc, dict) else None
+    if not isinstance(read, dict) or not all(isinstance(v, list) for v in read.values()):
+        raise ValueError(f"--runs-of {path}: the file records no `runs_read` (calibrations written before it kept "
+                         "only their runs' count)")
+    return read
 
 
 def calibration_name(text: str) -> str:

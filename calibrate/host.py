@@ -118,12 +118,12 @@ def best_split(points: list[tuple[float, bool]], window_s: float = 200e-6) -> fl
     return float(candidates[int(np.argmin(wrong))])
 
 
-def measure(results: Path, cost, gpu: str, model: str) -> tuple[dict, dict, dict]:
+def measure(results: Path, cost, gpu: str, model: str, only: dict | None = None) -> tuple[dict, dict, dict]:
     """The host terms (seconds), their scatter (`sim.noise.Noise`'s host sigmas: the robust log
     standard deviation of the idle starts' end - planned - predicted, and of the graph and eager
     launches) and what they were measured on."""
     runs = [(row, store.passes(row["run_id"]), store.requests(row["run_id"]))
-            for store, row in engine_runs(results, gpu, model)
+            for store, row in engine_runs(results, gpu, model, only)
             if (row.get("replicas") or 1) == 1 and row.get("overlap", True)]
     if not runs:
         raise ValueError(f"no single-replica runs of {model} on {gpu} under {results}/continuous*")

@@ -17,24 +17,45 @@ import numpy as np
 from core.runstore import RunStore
 from sim.heat import logged_times
 
+ENGINE_FOLDERS = ("continuous", "continuous-closed")  # the engine's runs a calibration reads, under RESULTS
 
-def engine_runs(results: Path, gpu: str, model: str):
+
+def engine_runs(results: Path, gpu: str, model: str, only: dict | None = None):
     """(store, row) of every good run under results/continuous and results/continuous-closed
     measured on `gpu` with `model` (runs from another card or model are left out: a cost model
-    fitted on one is not theirs)."""
-    for engine in ("continuous", "continuous-closed"):
+    fitted on one is not theirs); with `only` ({folder: run ids}, a calibration's `runs_read`), just
+    those, every one of them there (else an error naming the missing)."""
+    missing = []
+    for engine in ENGINE_FOLDERS:
         store = RunStore(results / engine)
-        if not store.rows_path.exists():
-            continue
-        for row in store.rows():
-            if row.get("status") == "ok" and row.get("gpu") == gpu and row.get("model") == model:
-                yield store, row
+        wanted = None if only is None else set(only.get(engine, ()))
+        if store.rows_path.exists():
+            for row in store.rows():
+                if wanted is not None and row["run_id"] not in wanted:
+                    continue
+                if row.get("status") == "ok" and row.get("gpu") == gpu and row.get("model") == model:
+                    if wanted is not None:
+                        wanted.discard(row["run_id"])
+                    yield store, row
+        missing += [f"{engine}/{r}" for r in sorted(wanted or ())]
+    if missing:
+        raise ValueError(f"{len(missing)} of the runs asked for are not under {results} as good runs of {model} on "
+                         f"{gpu}: " + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
 
 
-def replay_runs(results: Path, cost, gpu: str, model: str) -> list[dict]:
+def runs_read(results: Path, gpu: str, model: str, only: dict | None = None) -> dict:
+    """{folder: sorted run ids} of `engine_runs`: what a calibration's host time, serving heat and
+    replays read (kept in its file as `runs_read`, so that `calibrate fit --runs-of` reads them again)."""
+    out = {engine: [] for engine in ENGINE_FOLDERS}
+    for store, row in engine_runs(results, gpu, model, only):
+        out[store.root.name].append(row["run_id"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def replay_runs(results: Path, cost, gpu: str, model: str, only: dict | None = None) -> list[dict]:
     """One summary per run of `engine_runs`."""
     out = []
-    for store, row in engine_runs(results, gpu, model):
+    for store, row in engine_runs(results, gpu, model, only):
         try:
             passes = store.passes(row["run_id"])
         except FileNotFoundError as e:

@@ -188,6 +188,48 @@ def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
     assert abs(doc["heat_slopes_fitted_on"]["after"]["mixed"]) < abs(doc["heat_slopes_fitted_on"]["before"]["mixed"])
 
 
+def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys):
+    """The fit records the runs it read (`runs_read`); `--runs-of` that file reads those again and no
+    run added since, so a refit reproduces the calibration; a run it names that is gone, or a file
+    without the list, is an error naming it."""
+    store = write_sweep(tmp_path, synthetic_passes(repeats=1))
+    cost = CalibratedCost(BASE | {"parameters": TRUE})
+    runs = RunStore(tmp_path / "continuous")
+
+    def serve(run_id, seed, slower):
+        served, t, order = [], 0.0, synthetic_passes(repeats=1, seed=seed)
+        np.random.default_rng(seed + 1).shuffle(order)  # decode passes after prompt passes too
+        for i, p in enumerate(order):
+            d = cost.pass_time(p.new_tokens, p.context_lens) * (slower if p.kind == "mixed" else 1.0)
+            served.append(PassRecord.make(run_id, "continuous", i, p.new_tokens, p.context_lens, t, d))
+            t += d
+        runs.write_run(run_id, served, [], {"run_id": run_id, "engine": "continuous", "status": "ok",
+                                           "model": MODEL.name, "gpu": "NVIDIA H200"})
+
+    serve("open-x", 1, 1.03)
+    args = ["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]
+    assert main(args) == 0
+    first = json.loads((store.root / "h200.json").read_text())
+    assert first["runs_read"] == {"continuous": ["open-x"], "continuous-closed": []}
+    kept = tmp_path / "kept.json"
+    kept.write_text((store.root / "h200.json").read_text())
+    serve("open-y", 2, 1.10)  # measured after the calibration: held out of its refit
+    assert main(args + ["--runs-of", str(kept)]) == 0
+    again = json.loads((store.root / "h200.json").read_text())
+    assert again["runs_read"] == first["runs_read"] and again["heat"] == first["heat"]
+    assert again["heat_slopes_fitted_on"]["runs"] == 1
+    assert main(args) == 0  # without it, every run
+    both = json.loads((store.root / "h200.json").read_text())
+    assert both["runs_read"]["continuous"] == ["open-x", "open-y"] and both["heat"]["mixed"] > first["heat"]["mixed"]
+    capsys.readouterr()
+    kept.write_text(json.dumps(first | {"runs_read": {"continuous": ["open-x", "open-z"]}}))
+    assert main(args + ["--runs-of", str(kept)]) == 2
+    assert "1 of the runs asked for are not under" in capsys.readouterr().err
+    kept.write_text(json.dumps({k: v for k, v in first.items() if k != "runs_read"}))
+    assert main(args + ["--runs-of", str(kept)]) == 2
+    assert "records no `runs_read`" in capsys.readouterr().err
+
+
 def test_a_damaged_pass_log_names_the_line(tmp_path, capsys):
     store = write_sweep(tmp_path, synthetic_passes())
     import gzip
