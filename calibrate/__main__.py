@@ -348,8 +348,12 @@ def fit_main(argv: list[str]) -> int:
     pass_sigma = rested_scatter(heat_passes, heat_run["segments"]) if heat_run else repeat_scatter(passes)
     doc["noise"] = {"pass_sigma": pass_sigma} | host_sigmas
     doc["runs_read"] = read
-    doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
     out = store.root / f"{name}.json"
+    note = changed_runs(out, read)
+    if note:
+        print(f"note: {out.name} is rewritten on other runs than it was fitted on ({note}); "
+              f"`--runs-of {out}` reads the same ones")
+    doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _write_errors_csv(store.root / f"{name}-errors.csv", errors)
     print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
@@ -405,6 +409,25 @@ def runs_of(path: Path) -> dict:
         raise ValueError(f"--runs-of {path}: the file records no `runs_read` (calibrations written before it kept "
                          "only their runs' count)")
     return read
+
+
+def changed_runs(path: Path, read: dict) -> str | None:
+    """How the runs a fit reads (`read`) differ from those the calibration at `path` read (its
+    `runs_read`), in words; None where they are the same, or the file is not there or keeps no list."""
+    try:
+        before = json.loads(path.read_text()).get("runs_read")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(before, dict):
+        return None
+    parts = []
+    for folder in sorted(set(before) | set(read)):
+        old, new = set(before.get(folder, ())), set(read.get(folder, ()))
+        if new - old:
+            parts.append(f"{len(new - old)} more under {folder}/")
+        if old - new:
+            parts.append(f"{len(old - new)} fewer under {folder}/")
+    return ", ".join(parts) or None
 
 
 def calibration_name(text: str) -> str:

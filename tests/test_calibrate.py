@@ -214,14 +214,17 @@ def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys):
     kept = tmp_path / "kept.json"
     kept.write_text((store.root / "h200.json").read_text())
     serve("open-y", 2, 1.10)  # measured after the calibration: held out of its refit
+    capsys.readouterr()
     assert main(args + ["--runs-of", str(kept)]) == 0
     again = json.loads((store.root / "h200.json").read_text())
     assert again["runs_read"] == first["runs_read"] and again["heat"] == first["heat"]
     assert again["heat_slopes_fitted_on"]["runs"] == 1
-    assert main(args) == 0  # without it, every run
+    assert "is rewritten on other runs" not in capsys.readouterr().out
+    assert main(args) == 0  # without it, every run, and a note that the file's runs changed
     both = json.loads((store.root / "h200.json").read_text())
     assert both["runs_read"]["continuous"] == ["open-x", "open-y"] and both["heat"]["mixed"] > first["heat"]["mixed"]
-    capsys.readouterr()
+    assert "h200.json is rewritten on other runs than it was fitted on (1 more under continuous/)" in \
+        capsys.readouterr().out
     kept.write_text(json.dumps(first | {"runs_read": {"continuous": ["open-x", "open-z"]}}))
     assert main(args + ["--runs-of", str(kept)]) == 2
     assert "1 of the runs asked for are not under" in capsys.readouterr().err
