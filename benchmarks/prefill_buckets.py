@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from calibrate.fit import group_of, held_out  # noqa: E402
+from calibrate.fit import group_of, held_out, mape  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.calibrated import CalibratedCost, bucket  # noqa: E402
 from sim.heat import Heat, factors  # noqa: E402
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     heat = Heat.from_dict(doc["held_out_heat"], str(args.cost))
     passes = RunStore(args.cost.parent).passes(doc["sweep"])
     rested = np.array([p.duration_s for p in passes]) / np.asarray(factors(passes, heat))
-    price = np.array([cost.pass_time(p.new_tokens, p.context_lens) for p in passes])
+    price = np.array(cost.predict_all(passes))
     out = np.array([held_out(group_of(p), cost.buckets) for p in passes])
     prompt = np.array([p.kind == "prefill" for p in passes])
     m = np.array([bucket(sum(p.new_tokens), cost.token_buckets) for p in passes])
@@ -46,9 +46,6 @@ def main(argv=None) -> int:
           f"({(graph & ~out).sum()} fitted, {(graph & out).sum()} held out)")
     print(f"{'bucket':>7} {'fitted':>6} {'held out':>8} {'added':>9}  held-out MAPE without / with")
 
-    def mape(sel, priced):
-        return np.mean(np.abs(priced[sel] / rested[sel] - 1))
-
     for b in cost.token_buckets:
         fit, held = graph & ~out & (m == b), graph & out & (m == b)
         if not fit.any():
@@ -56,10 +53,12 @@ def main(argv=None) -> int:
             continue
         added = float(np.median(rested[fit] - price[fit]))
         table[graph & (m == b)] += added
-        both = f"{mape(held, price):6.2%} / {mape(held, table):6.2%}" if held.any() else "(none held out)"
+        both = (f"{mape(price[held], rested[held]):6.2%} / {mape(table[held], rested[held]):6.2%}" if held.any()
+                else "(none held out)")
         print(f"{b:7d} {fit.sum():6d} {held.sum():8d} {added * 1e3:+7.3f}ms  {both}")
     for name, sel in (("held out", prompt & out), ("fitted", prompt & ~out)):
-        print(f"every prompt pass {name}: MAPE {mape(sel, price):.2%} as calibrated, {mape(sel, table):.2%} with the table")
+        print(f"every prompt pass {name}: MAPE {mape(price[sel], rested[sel]):.2%} as calibrated, "
+              f"{mape(table[sel], rested[sel]):.2%} with the table")
     return 0
 
 

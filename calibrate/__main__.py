@@ -415,10 +415,8 @@ def changed_runs(path: Path, read: dict) -> str | None:
     """How the runs a fit reads (`read`) differ from those the calibration at `path` read (its
     `runs_read`), in words; None where they are the same, or the file is not there or keeps no list."""
     try:
-        before = json.loads(path.read_text()).get("runs_read")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(before, dict):
+        before = runs_of(path)
+    except ValueError:
         return None
     parts = []
     for folder in sorted(set(before) | set(read)):

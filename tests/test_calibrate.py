@@ -163,20 +163,28 @@ def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys
     assert message in capsys.readouterr().err
 
 
+def write_open_run(root, run_id: str, seed: int, mixed_slower: float) -> list[PassRecord]:
+    """An open run of the same GPU and model under ROOT/continuous: the sweep's passes shuffled end to
+    end (decode passes after prompt passes too, at every level), each priced by the true form, each
+    mixed pass `mixed_slower` times that."""
+    cost = CalibratedCost(BASE | {"parameters": TRUE})
+    served, t, order = [], 0.0, synthetic_passes(repeats=1, seed=seed)
+    np.random.default_rng(seed + 1).shuffle(order)
+    for i, p in enumerate(order):
+        d = cost.pass_time(p.new_tokens, p.context_lens) * (mixed_slower if p.kind == "mixed" else 1.0)
+        served.append(PassRecord.make(run_id, "continuous", i, p.new_tokens, p.context_lens, t, d))
+        t += d
+    row = {"run_id": run_id, "engine": "continuous", "status": "ok", "model": MODEL.name, "gpu": "NVIDIA H200"}
+    RunStore(root / "continuous").write_run(run_id, served, [], row)
+    return served
+
+
 def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
     """--serving-heat: the sweep's passes shuffled end to end as an open run of the same GPU and model,
     each mixed pass 3% over the form's price: the mixed passes' slow-down takes it (at the level
     the passes before them leave), the heat run's fit (here the sweep's own) kept beside it."""
     store = write_sweep(tmp_path, synthetic_passes(repeats=1))
-    cost = CalibratedCost(BASE | {"parameters": TRUE})
-    served, t, order = [], 0.0, synthetic_passes(repeats=1, seed=1)
-    np.random.default_rng(2).shuffle(order)  # decode passes after prompt passes too, at every level
-    for i, p in enumerate(order):
-        d = cost.pass_time(p.new_tokens, p.context_lens) * (1.03 if p.kind == "mixed" else 1.0)
-        served.append(PassRecord.make("open-x", "continuous", i, p.new_tokens, p.context_lens, t, d))
-        t += d
-    row = {"run_id": "open-x", "engine": "continuous", "status": "ok", "model": MODEL.name, "gpu": "NVIDIA H200"}
-    RunStore(tmp_path / "continuous").write_run("open-x", served, [], row)
+    served = write_open_run(tmp_path, "open-x", seed=1, mixed_slower=1.03)
     assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]) == 0
     out = capsys.readouterr().out
     assert "slow-downs refitted on the open runs (--serving-heat; 1 runs" in out
@@ -193,27 +201,14 @@ def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys):
     run added since, so a refit reproduces the calibration; a run it names that is gone, or a file
     without the list, is an error naming it."""
     store = write_sweep(tmp_path, synthetic_passes(repeats=1))
-    cost = CalibratedCost(BASE | {"parameters": TRUE})
-    runs = RunStore(tmp_path / "continuous")
-
-    def serve(run_id, seed, slower):
-        served, t, order = [], 0.0, synthetic_passes(repeats=1, seed=seed)
-        np.random.default_rng(seed + 1).shuffle(order)  # decode passes after prompt passes too
-        for i, p in enumerate(order):
-            d = cost.pass_time(p.new_tokens, p.context_lens) * (slower if p.kind == "mixed" else 1.0)
-            served.append(PassRecord.make(run_id, "continuous", i, p.new_tokens, p.context_lens, t, d))
-            t += d
-        runs.write_run(run_id, served, [], {"run_id": run_id, "engine": "continuous", "status": "ok",
-                                           "model": MODEL.name, "gpu": "NVIDIA H200"})
-
-    serve("open-x", 1, 1.03)
+    write_open_run(tmp_path, "open-x", seed=1, mixed_slower=1.03)
     args = ["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]
     assert main(args) == 0
     first = json.loads((store.root / "h200.json").read_text())
     assert first["runs_read"] == {"continuous": ["open-x"], "continuous-closed": []}
     kept = tmp_path / "kept.json"
     kept.write_text((store.root / "h200.json").read_text())
-    serve("open-y", 2, 1.10)  # measured after the calibration: held out of its refit
+    write_open_run(tmp_path, "open-y", seed=2, mixed_slower=1.10)  # measured after the calibration: held out of its refit
     capsys.readouterr()
     assert main(args + ["--runs-of", str(kept)]) == 0
     again = json.loads((store.root / "h200.json").read_text())
