@@ -1,10 +1,10 @@
 """The simulator's capacity answer against the engine's: one trace window served by the real engine at
-several rate scales (`benchmarks/h200_session5.sh capacity`), each run simulated on its own arrivals,
+several rate scales (`benchmarks/gpu_open_runs.sh capacity`), each run simulated on its own arrivals,
 and the simulator's capacity search (`python -m sim capacity --search rate-scale`, with the runs' limits
 and overlap mode) on the same window.
 
-Prints, per setup (policy, replicas and router), card (the GPU UUID the row names, else the device
-call: `sim.card.cards`) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
+Prints, per setup (policy, replicas and router), card (the GPU UUID the row names, else the runs
+at one commit started close together: `sim.card.cards`) and scale, the SLO metrics real and simulated, whether each side meets the SLOs, and the
 run's passes priced by the cost model against their logged times (how fast that GPU ran as the
 model sees it); then, per setup, the simulator's answer (its highest scale that meets, and the
 nearest that fails) with the cost model as calibrated and with every pass 2% shorter and longer
@@ -38,7 +38,7 @@ from core.metrics import compute_metrics  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 from sim.capacity import parse_slos  # noqa: E402
 from sim.card import cards, run_offset  # noqa: E402
-from sim.compare import REPEATS, engine_runs, load_cost, repeat_rows, simulate_like, trace_of  # noqa: E402
+from sim.compare import DEFAULT_REPEATS, engine_runs, load_cost, repeat_runs, simulate_like, trace_of  # noqa: E402
 from traces.io import save_trace  # noqa: E402
 from traces.trace import Trace  # noqa: E402
 
@@ -52,7 +52,7 @@ def window_at_1x(row: dict, requests) -> Trace:
 
 def card_labels(rows: list[dict]) -> list[str]:
     """Each row's card (`sim.card.cards`) as a short label: a UUID's first 12 characters (GPU- and
-    8 hex digits), or the device call's commit (#2, #3 for later calls at one commit)."""
+    8 hex digits), or the commit of runs started close together (#2, #3 for later groups at one commit)."""
     keys = cards(rows)
     short: dict[str, str] = {}
     for row, key in zip(rows, keys):
@@ -122,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no open runs starting with {args.prefix!r} under {args.results / 'continuous'}", file=sys.stderr)
         return 1
     if args.repeats:  # the same window served again, on other cards too
-        stores[REPEATS] = RunStore(args.results / REPEATS)
-        rows += [dict(r, store=REPEATS) for r in repeat_rows(args.results) if r["run_id"].startswith(args.prefix)]
+        for r, store in repeat_runs(args.results, DEFAULT_REPEATS):
+            if r["run_id"].startswith(args.prefix):
+                stores[store.root.name] = store
+                rows.append(dict(r, store=store.root.name))
     for row, card in zip(rows, card_labels(rows)):
         row["card"] = card
     by_setup = defaultdict(list)

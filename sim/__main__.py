@@ -225,8 +225,11 @@ def report_dir(args: argparse.Namespace) -> Path:
     to."""
     if args.out:
         return args.out
-    committed = ((args.only, args.cost, args.seeds, args.cost_error, args.card_offset)
-                 == (None, "calibrated:h200", 5, 0.02, True))
+    from sim.compare import DEFAULT_REPEATS
+
+    committed = ((args.only, args.cost, args.seeds, args.cost_error, args.card_offset,
+                  tuple(getattr(args, "repeats", DEFAULT_REPEATS)))
+                 == (None, "calibrated:h200", 5, 0.02, True, DEFAULT_REPEATS))
     return args.results / "validation" if committed else REPO / "out" / "validation"
 
 
@@ -260,9 +263,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with tqdm(desc="compare", unit="run", file=sys.stderr) as bar:
         comparisons = run_compare(args.results, args.cost, only=args.only, progress=progress_of(bar),
                                   seeds=args.seeds, cost_error=args.cost_error, jobs=jobs)
-    measured = measured_rows(args.results)
+    repeats = tuple(args.repeats)
+    measured = measured_rows(args.results, repeats)
     checks = targets(comparisons, measured)
-    offsets = card_offsets(args.results, args.cost) if args.card_offset else {}
+    offsets = card_offsets(args.results, args.cost, repeats) if args.card_offset else {}
     if offsets:
         with tqdm(desc="compare with the cards' offsets", unit="run", file=sys.stderr) as bar:
             carded = run_compare(args.results, args.cost, only=args.only, progress=progress_of(bar), seeds=args.seeds,
@@ -283,7 +287,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"TTFT, TPOT, E2EL; above: queue growth within 10%)")
     repeated = [t for t in checks if "met_against_range" in t]
     if repeated:
-        print(f"runs below saturation measured more than once (results/continuous, continuous-repeats): "
+        print(f"runs below saturation measured more than once (results/continuous, {', '.join(repeats)}): "
               f"{len(repeated)}; targets met against the "
               f"range of the real runs of the same setup (no error between them), at each metric and percentile, "
               f"on {sum(t['met_against_range'] for t in repeated)}")
@@ -312,17 +316,18 @@ def cmd_card_offset(args: argparse.Namespace) -> int:
     import statistics
 
     from sim.card import cards, run_offset
-    from sim.compare import REPEATS, load_cost, measured_runs
+    from sim.compare import load_cost, measured_runs
 
     if not args.runs and not args.card:
         raise ValueError("name the runs to measure the card on (run ids), or --card GPU-...")
-    found = measured_runs(args.results)
+    found = measured_runs(args.results, tuple(args.repeats))
     keys = cards([row for row, _ in found])
     chosen = [(row, store, key) for (row, store), key in zip(found, keys)
               if row["run_id"] in args.runs or (args.card and key.startswith(args.card))]
     missing = sorted(set(args.runs) - {row["run_id"] for row, *_ in chosen})
     if missing:
-        raise ValueError(f"no run {', '.join(missing)} under {args.results / 'continuous'} or {args.results / REPEATS}")
+        raise ValueError(f"no run {', '.join(missing)} under {args.results / 'continuous'} or "
+                         + " or ".join(str(args.results / name) for name in args.repeats))
     if not chosen:
         raise ValueError(f"no runs under {args.results} on a card whose UUID starts with {args.card!r}")
     offsets = []
@@ -338,6 +343,8 @@ def cmd_card_offset(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim.compare import DEFAULT_REPEATS
+
     parser = ArgumentParser(prog="python -m sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -376,10 +383,10 @@ def main(argv: list[str] | None = None) -> int:
                          description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
                                      "policy, limits, replicas) and write the error table, the targets and a report "
                                      "page; runs of one setup measured more than once (under RESULTS/continuous, "
-                                     "or again under RESULTS/continuous-repeats) give each run the engine's own "
+                                     "or again in the --repeats folders) give each run the engine's own "
                                      "spread and the error against the real runs' range.")
     cmp.add_argument("--results", type=Path, default=REPO / "results",
-                     help="where the engine's runs are (continuous/, and continuous-repeats/ if present)")
+                     help="where the engine's runs are (continuous/, and the --repeats folders if present)")
     cmp.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     cmp.add_argument("--only", default=None, help="only runs whose id contains this")
     cmp.add_argument("--out", type=Path, default=None,
@@ -405,11 +412,15 @@ def main(argv: list[str] | None = None) -> int:
                          description="Each named run's passes' measured time over the cost model's price of them (heat "
                                      "included; sim/card.py), their mean, and the --cost that simulates that card: "
                                      "several runs at the load to simulate give a steadier figure than one.")
-    off.add_argument("runs", nargs="*", help="run ids under RESULTS/continuous or RESULTS/continuous-repeats")
+    off.add_argument("runs", nargs="*", help="run ids under RESULTS/continuous or a --repeats folder")
     off.add_argument("--card", default=None,
                      help="every run of the card whose GPU UUID starts with this (e.g. GPU-f145ba7b; rows record it "
                           "as gpu_uuid)")
     off.add_argument("--results", type=Path, default=REPO / "results", help="where the engine's runs are")
+    for p in (cmp, off):
+        p.add_argument("--repeats", nargs="+", default=list(DEFAULT_REPEATS), metavar="NAME",
+                       help="folders under RESULTS of runs of the same setups measured again (default: "
+                            f"{' '.join(DEFAULT_REPEATS)}; a folder that is not there is skipped)")
     off.add_argument("--cost", default="calibrated:h200", help="the cost model (default calibrated:h200)")
     add_plot_args(sub.add_parser("plot", help="charts (HTML and PNG) of runs and sweeps written with --out"))
     met = sub.add_parser("metrics", help="the metrics table of a run's records (requests.parquet, .jsonl or .csv)")

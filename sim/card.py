@@ -7,9 +7,9 @@ the *other* runs on its card at a like load, so that a run is never simulated wi
 from itself.
 
 A run's card is the GPU UUID its row names (`gpu_uuid`, recorded by the engine since it was
-added). Rows recorded before name none; for them the card is the device call: runs at one git
-commit started within `CALL_GAP_S` of the one before (the device machine kept one card per
-call; a call at another commit may have had the same card, and is taken as another one).
+added). Rows recorded before name none; for them the card is a run of measurements: runs at one
+git commit started within `SAME_CARD_GAP_S` of the one before (one machine kept one card for such a
+run; runs at another commit may have had the same card, and are taken as another one).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import statistics
 from core.runstore import RunStore
 from sim.heat import logged_times
 
-CALL_GAP_S = 15 * 60  # runs of one device call start within a few minutes of each other
+SAME_CARD_GAP_S = 15 * 60  # runs measured on one machine in one go start within a few minutes of each other
 LOAD_RATIO = 2.0  # runs at arrival rates within this factor of each other serve a like load
 
 
@@ -33,17 +33,17 @@ def run_offset(cost, passes) -> float:
 
 
 def cards(rows: list[dict]) -> list[str]:
-    """The card of each row: its `gpu_uuid` where recorded, else its device call (same
-    `git_commit`, started within CALL_GAP_S of the run before it at that commit)."""
+    """The card of each row: its `gpu_uuid` where recorded, else its run of measurements (same
+    `git_commit`, started within SAME_CARD_GAP_S of the run before it at that commit)."""
     out = [r.get("gpu_uuid") or "" for r in rows]
     unnamed = sorted((i for i, r in enumerate(rows) if not out[i]),
                      key=lambda i: (rows[i]["git_commit"], started(rows[i])))
-    call, last = None, None
+    group, last = None, None
     for i in unnamed:
         commit, t = rows[i]["git_commit"], started(rows[i])
-        if last is None or commit != last[0] or (t - last[1]).total_seconds() > CALL_GAP_S:
-            call = f"call {commit} {rows[i]['time']}"
-        out[i], last = call, (commit, t)
+        if last is None or commit != last[0] or (t - last[1]).total_seconds() > SAME_CARD_GAP_S:
+            group = f"commit {commit} from {rows[i]['time']}"
+        out[i], last = group, (commit, t)
     return out
 
 
@@ -62,18 +62,24 @@ def like_load(a: dict, b: dict) -> bool:
             and 1 / LOAD_RATIO <= load(a) / load(b) <= LOAD_RATIO)
 
 
-def card_offsets(runs: list[tuple[dict, RunStore]], cost_of) -> dict[int, tuple[float, int]]:
-    """For each run of `runs` (its row and the store holding its passes) on a card with other runs
-    of a like load among them (`like_load`): (the mean `run_offset` of those others, how many they
-    are), by index into `runs`; `cost_of(model)` is the cost model a row's model is priced with."""
+def card_offsets(runs: list[tuple[dict, RunStore]], cost_of, first: int | None = None) -> dict[int, tuple[float, int]]:
+    """For each of the `first` runs of `runs` (its row and the store holding its passes; default
+    all) on a card with other runs of a like load among them (`like_load`): (the mean `run_offset`
+    of those others, how many they are), by index into `runs`; `cost_of(model)` is the cost model
+    a row's model is priced with. Only the pass logs of runs that give an offset are read."""
     rows = [row for row, _ in runs]
     card = cards(rows)
-    offset = [run_offset(cost_of(row["model"]), store.passes(row["run_id"])) for row, store in runs]
-    out = {}
-    for i in range(len(runs)):
-        others = [offset[j] for j in range(len(runs))
-                  if j != i and card[j] == card[i] and like_load(rows[i], rows[j])]
-        if others:
-            out[i] = (statistics.fmean(others), len(others))
-    return out
+    offset: dict[int, float] = {}
 
+    def offset_of(j: int) -> float:
+        if j not in offset:
+            row, store = runs[j]
+            offset[j] = run_offset(cost_of(row["model"]), store.passes(row["run_id"]))
+        return offset[j]
+
+    out = {}
+    for i in range(len(runs) if first is None else first):
+        others = [j for j in range(len(runs)) if j != i and card[j] == card[i] and like_load(rows[i], rows[j])]
+        if others:
+            out[i] = (statistics.fmean(offset_of(j) for j in others), len(others))
+    return out

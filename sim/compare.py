@@ -12,8 +12,9 @@ idle time between passes (which the simulator does not have), preemptions, and w
 (queueing). Writes OUT/errors.csv, OUT/report.html (one page, opens from disk) and the charts.
 
 Where the same run was measured again (a run of the same setup under results/continuous/ itself,
-or under results/continuous-repeats/: the same workload, policy and limits on another GPU or
-another day), the real runs' own spread is set beside the simulator's
+or in a folder of runs of the same setups measured again, `repeats`, by default
+results/continuous-repeats/: the same workload, policy and limits on another GPU or another
+day), the real runs' own spread is set beside the simulator's
 error, and the simulator is also held to the range the real runs span (no error between them): it
 cannot be held closer to one real run than the engine is to itself.
 
@@ -26,6 +27,7 @@ cost 2% off can move TTFT by 10-20%, which no target finer than that can tell fr
 from __future__ import annotations
 
 import base64
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,7 @@ from traces.trace import Trace
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "p50", "p90", "p99")
 TARGET = {"p50": 0.05, "p90": 0.05, "p99": 0.10}  # below saturation, on TTFT, TPOT and E2EL
-REPEATS = "continuous-repeats"
+DEFAULT_REPEATS = ("continuous-repeats",)  # folders under RESULTS of runs of the same setups measured again
 # what makes two engine runs repeats of one measurement
 SETUP = ("engine", "model", "gpu", "workload", "rate", "rate_scale", "window", "requests", "policy", "replicas",
          "router", "order", "max_num_seqs", "max_num_batched_tokens", "block_size", "overlap", "preemption")
@@ -292,14 +294,14 @@ def run_compare(results: Path, cost: str, gpu: str | None = None, only: str | No
         return [futures[i].result() for i in range(len(rows))]
 
 
-def card_offsets(results: Path, cost: str) -> dict[str, tuple[float, int]]:
+def card_offsets(results: Path, cost: str, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> dict[str, tuple[float, int]]:
     """{run id: (offset, other runs)} of the runs under RESULTS/continuous whose card served other
-    runs of a like load there or under continuous-repeats: the mean of those runs' measured over
+    runs of a like load there or in the `repeats` folders: the mean of those runs' measured over
     priced pass time (`sim.card`)."""
     from sim.card import card_offsets as offsets_on_cards
-    runs = measured_runs(results)
-    compared = sum(store.root == results / "continuous" for _, store in runs)  # listed first
-    return {runs[i][0]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost)).items() if i < compared}
+    runs = measured_runs(results, repeats)
+    compared = len(engine_runs(results))  # listed first
+    return {runs[i][0]["run_id"]: v for i, v in offsets_on_cards(runs, cost_loader(cost), first=compared).items()}
 
 
 def with_card_offsets(checks: list[dict], carded: list[dict], offsets: dict[str, tuple[float, int]]) -> list[dict]:
@@ -340,22 +342,32 @@ def error_rows(comparisons: list[Comparison]) -> list[dict]:
     return rows
 
 
-def repeat_rows(results: Path) -> list[dict]:
-    """The rows of the runs measured again (results/continuous-repeats), none if there are none."""
-    store = RunStore(results / REPEATS)
-    return [r for r in store.rows() if r.get("status") == "ok"] if store.rows_path.exists() else []
+def repeat_runs(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> list[tuple[dict, RunStore]]:
+    """The good rows of the runs of the same setups measured again (the `repeats` folders under
+    RESULTS, those that exist), each with the store that holds its records."""
+    out = []
+    for name in repeats:
+        store = RunStore(results / name)
+        if store.rows_path.exists():
+            out += [(r, store) for r in store.rows() if r.get("status") == "ok"]
+    return out
 
 
-def measured_runs(results: Path) -> list[tuple[dict, RunStore]]:
-    """`measured_rows`, each with the store that holds its records (continuous/ or continuous-repeats/)."""
-    here, again = RunStore(results / "continuous"), RunStore(results / REPEATS)
-    return [(r, here) for r in engine_runs(results)] + [(r, again) for r in repeat_rows(results)]
+def repeat_rows(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> list[dict]:
+    """The rows of `repeat_runs`, none if there are none."""
+    return [r for r, _ in repeat_runs(results, repeats)]
 
 
-def measured_rows(results: Path) -> list[dict]:
-    """Every good open run's row, under results/continuous and results/continuous-repeats: among
-    them, `repeats_of` finds a run's repeats (runs of one setup under continuous/ repeat each other)."""
-    return engine_runs(results) + repeat_rows(results)
+def measured_runs(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> list[tuple[dict, RunStore]]:
+    """`measured_rows`, each with the store that holds its records (continuous/ or a `repeats` folder)."""
+    here = RunStore(results / "continuous")
+    return [(r, here) for r in engine_runs(results)] + repeat_runs(results, repeats)
+
+
+def measured_rows(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> list[dict]:
+    """Every good open run's row, under results/continuous and the `repeats` folders: among them,
+    `repeats_of` finds a run's repeats (runs of one setup under continuous/ repeat each other)."""
+    return engine_runs(results) + repeat_rows(results, repeats)
 
 
 def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:
@@ -547,10 +559,12 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
     def pct(x) -> str:
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1%}"
 
+    e = lambda x: html.escape(str(x))  # noqa: E731  (every text the page embeds: run ids, the cost spec, verdicts)
+
     head = ("<html><head><meta charset='utf-8'><title>Simulator against engine</title><style>"
             "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:13px} "
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} .bad{background:#fdd}</style></head><body>")
-    parts = [head, f"<h1>The simulator against the real engine</h1><p>Cost model <code>{cost}</code>. Each engine "
+    parts = [head, f"<h1>The simulator against the real engine</h1><p>Cost model <code>{e(cost)}</code>. Each engine "
              "run's requests replayed in the simulator with the same policy, limits, KV blocks, replicas, router and "
              "overlap. Error = simulated / real - 1.</p>"]
     parts.append("<h2>Targets</h2><p>Where a run was measured again (repeats): the real runs' own worst "
@@ -569,15 +583,15 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
                  "<th>met within the cost error</th><th>card's offset</th><th>met with the card's offset</th></tr>")
     for t in checks:
         ranged, moved = t.get("met_against_range"), t.get("met_within_cost_error")
-        parts.append(f"<tr><td style='text-align:left'>{t['run_id']}</td><td>{t['saturated']}</td>"
+        parts.append(f"<tr><td style='text-align:left'>{e(t['run_id'])}</td><td>{e(t['saturated'])}</td>"
                      f"<td>{pct(t.get('worst_p50_p90'))}</td><td>{pct(t.get('worst_p99'))}</td>"
-                     f"<td>{pct(t.get('queue_growth_error'))}</td><td class='{'' if t['met'] else 'bad'}'>{t['met']}</td>"
-                     f"<td>{t.get('repeats', 0)}</td><td>{pct(t.get('repeat_worst_p50_p90'))}</td>"
+                     f"<td>{pct(t.get('queue_growth_error'))}</td><td class='{'' if t['met'] else 'bad'}'>{e(t['met'])}</td>"
+                     f"<td>{e(t.get('repeats', 0))}</td><td>{pct(t.get('repeat_worst_p50_p90'))}</td>"
                      f"<td>{pct(t.get('repeat_worst_p99'))}</td><td>{pct(t.get('range_worst_p50_p90'))}</td>"
-                     f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else ranged}</td>"
+                     f"<td>{pct(t.get('range_worst_p99'))}</td><td>{'' if ranged is None else e(ranged)}</td>"
                      f"<td>{pct(t.get('cost_worst_p50_p90'))}</td><td>{pct(t.get('cost_worst_p99'))}</td>"
-                     f"<td>{'' if moved is None else moved}</td><td>{pct(t['card_offset'] - 1) if 'card_offset' in t else ''}</td>"
-                     f"<td>{t.get('card_met', '')}</td></tr>")
+                     f"<td>{'' if moved is None else e(moved)}</td><td>{pct(t['card_offset'] - 1) if 'card_offset' in t else ''}</td>"
+                     f"<td>{e(t.get('card_met', ''))}</td></tr>")
     parts.append("</table>")
     if "latency-vs-rate" in pictures:
         parts.append("<h2>Latency against arrival rate</h2>" + img(pictures["latency-vs-rate"]))
@@ -585,14 +599,14 @@ def report_page(comparisons: list[Comparison], checks: list[dict], pictures: dic
         parts.append("<h2>Batch size and requests in the system over time</h2>" + img(pictures["over-time"]))
     for c in comparisons:
         moved = c.diagnosis.get("cost_error")
-        parts.append(f"<h2>{c.run_id}</h2><p>{c.diagnosis['verdict']}.</p><table><tr><th>metric</th><th>stat</th>"
+        parts.append(f"<h2>{e(c.run_id)}</h2><p>{e(c.diagnosis['verdict'])}.</p><table><tr><th>metric</th><th>stat</th>"
                      "<th>real</th><th>simulated</th><th>error</th>"
                      + (f"<th>every pass {moved:.0%} shorter / longer</th>" if moved else "") + "</tr>")
         for t in c.table:
             bad = abs(t["error"]) > TARGET.get(t["stat"], 0.05) if not math.isnan(t["error"]) else False
             span = (f"<td>{pct(signed(t['cost_lo_ms'], t['real_ms']))} .. {pct(signed(t['cost_hi_ms'], t['real_ms']))}</td>"
                     if "cost_lo_ms" in t else "<td></td>" if moved else "")
-            parts.append(f"<tr><td style='text-align:left'>{t['metric']}</td><td>{t['stat']}</td><td>{t['real_ms']:.3f}</td>"
+            parts.append(f"<tr><td style='text-align:left'>{e(t['metric'])}</td><td>{e(t['stat'])}</td><td>{t['real_ms']:.3f}</td>"
                          f"<td>{t['sim_ms']:.3f}</td><td class='{'bad' if bad else ''}'>{pct(t['error'])}</td>{span}</tr>")
         parts.append("</table>")
         key = f"cdf-{c.run_id}"

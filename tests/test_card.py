@@ -2,7 +2,7 @@
 import pytest
 
 from core.records import PassRecord
-from sim.card import CALL_GAP_S, card_offsets, cards, like_load, run_offset
+from sim.card import SAME_CARD_GAP_S, card_offsets, cards, like_load, run_offset
 from sim.cost import ConstantCost
 
 
@@ -24,15 +24,15 @@ class Store:
         return self.by_run[run_id]
 
 
-def test_a_named_card_is_its_uuid_and_unnamed_runs_share_their_device_call():
+def test_a_named_card_is_its_uuid_and_unnamed_runs_started_close_together_share_one():
     rows = [row("a", uuid="GPU-1"), row("b", uuid="GPU-1"), row("c", uuid="GPU-2"),
-            row("d"), row("e", time="2026-11-30T16:10:00+00:00"),  # the same call: 10 minutes later
-            row("f", time="2026-11-30T16:40:00+00:00"),  # 30 minutes after e: another call
-            row("g", commit="def5678", time="2026-11-30T16:05:00+00:00")]  # another commit: another call
+            row("d"), row("e", time="2026-11-30T16:10:00+00:00"),  # the same card: 10 minutes later
+            row("f", time="2026-11-30T16:40:00+00:00"),  # 30 minutes after e: another card
+            row("g", commit="def5678", time="2026-11-30T16:05:00+00:00")]  # another commit: another card
     card = dict(zip("abcdefg", cards(rows)))
     assert card["a"] == card["b"] == "GPU-1" and card["c"] == "GPU-2"
     assert card["d"] == card["e"] and len({card["d"], card["f"], card["g"], "GPU-1", "GPU-2"}) == 5
-    assert CALL_GAP_S < 30 * 60
+    assert SAME_CARD_GAP_S < 30 * 60
 
 
 def test_a_runs_offset_is_its_measured_over_priced_pass_time():
