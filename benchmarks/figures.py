@@ -1,4 +1,4 @@
-"""The seed's figures, drawn from the committed results (altair; HTML and PNG via vl-convert):
+"""The part0 workload's figures, drawn from the committed results (altair; HTML and PNG via vl-convert):
 
 - roofline: the A10's and the H200's ceilings (bandwidth x arithmetic intensity, capped by the
   fp16 matmul rate, from `core.roofline`) with each GPU's five numbers, and the points measured
@@ -11,19 +11,24 @@
 - latency-vs-rate: the continuous engine's open runs of the seed workload against the arrival
   rate, real and simulated (`sim compare`'s chart, from the same comparison it makes).
 
-    python benchmarks/report.py --charts docs/figures
+    python benchmarks/figures.py docs/figures [--results results] [--device "NVIDIA H200"]
 """
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.report import decode_work, med, prefill_work
-from core.config import get_preset
-from core.roofline import GPUS, get_gpu, roofline
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import decode_work, load, med, prefill_work  # noqa: E402
+from core.config import get_preset  # noqa: E402
+from core.roofline import GPUS, get_gpu, roofline  # noqa: E402
 
 ROOFLINE_GPUS = ("a10", "h200")
 DECODE_ENGINES = ("cached", "batched", "continuous")
@@ -187,3 +192,28 @@ def write_figures(results: Path, out: Path, groups: dict) -> list[Path]:
             written.append(out / png.name)
     return written
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Draw the figures of the rows under --results into DIR; an error line and 2 on bad input."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", metavar="DIR", help="where the figures go (HTML and PNG; e.g. docs/figures)")
+    ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
+    ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
+    args = ap.parse_args(argv)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"error: {args.out}: exists and is not a directory", file=sys.stderr)
+        return 2
+    groups = load(Path(args.results))
+    devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
+    if not devices:
+        print(f"error: no rows{' measured on ' + args.device if args.device else ' measured on a GPU'} under "
+              f"{args.results}", file=sys.stderr)
+        return 2
+    written = write_figures(Path(args.results), Path(args.out), {d: groups[d] for d in devices})
+    print("written " + ", ".join(str(p) for p in written) + " (and .html beside each)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

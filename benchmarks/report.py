@@ -6,11 +6,9 @@ tok/s, GB/s or TFLOP/s, % of the floor, and the Hugging Face figure beside it wh
 Rows from different devices are never mixed in one table; rows measured on a CPU are left out
 (they are smoke runs) unless --device names the CPU.
 
-    python benchmarks/report.py [--results results] [--gpu-spec h200] [--device "NVIDIA H200"] [--charts DIR]
+    python benchmarks/report.py [--results results] [--gpu-spec h200] [--device "NVIDIA H200"]
 
-With --charts DIR it also draws the seed's figures into DIR (`benchmarks/figures.py`): the
-roofline with the measured points, the batch curve and the open-run latency curves;
-`python benchmarks/report.py --charts docs/figures` regenerates the committed ones.
+The same rows' charts: `benchmarks/figures.py` (which reads them through `load` here).
 """
 from __future__ import annotations
 
@@ -108,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
     ap.add_argument("--gpu-spec", default="h200", help="GPU preset for the floors (default h200)")
     ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
-    ap.add_argument("--charts", default=None, metavar="DIR",
-                    help="also draw the seed's figures into DIR (HTML and PNG; see benchmarks/figures.py)")
     args = ap.parse_args(argv)
-    if args.charts and Path(args.charts).exists() and not Path(args.charts).is_dir():
-        print(f"error: --charts {args.charts}: exists and is not a directory", file=sys.stderr)
-        return 2
     groups = load(Path(args.results))
     devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
     if not devices:
@@ -124,10 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         if len(devices) > 1:
             print(f"\n### {device}\n")
         print(table(groups[device], args.gpu_spec))
-    if args.charts:
-        from benchmarks.figures import write_figures
-        written = write_figures(Path(args.results), Path(args.charts), {d: groups[d] for d in devices})
-        print("\nwritten " + ", ".join(str(p) for p in written) + " (and .html beside each)")
     return 0
 
 

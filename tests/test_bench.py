@@ -1,10 +1,8 @@
 """The closed-run benchmark harness, end to end on the CPU with the tiny preset."""
 import pytest
 pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
@@ -180,14 +178,3 @@ def test_continuous_runs_record_how_long_the_gpu_idled_before_them(tmp_path):
     idles = [r["idle_before_s"] for r in runs]
     # a recorded run follows a warm-up or a run: always one before it, never overlapping it
     assert all(0 <= idle < 5 for idle in idles), idles
-
-
-def test_cold_start_times_first_passes_after_each_rest(tmp_path):
-    """benchmarks/cold_start.py on the CPU: a run per prompt and rest, its idle time at least the rest."""
-    sys.path.insert(0, str(Path(bench.__file__).resolve().parents[1] / "benchmarks"))
-    import cold_start
-    out = tmp_path / "cold.json"
-    assert cold_start.main(["--device", "cpu", "--repeats", "1", "--new-tokens", "2", "--json", str(out)]) == 0
-    runs = json.loads(out.read_text())["runs"]
-    assert len(runs) == len(cold_start.PROMPTS) * len(cold_start.RESTS_S)
-    assert all(r["idle_before_s"] >= r["rest_s"] and r["ttft_ms"] >= r["first_duration_ms"] > 0 for r in runs)

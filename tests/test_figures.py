@@ -1,4 +1,4 @@
-"""benchmarks/figures.py (report.py --charts): the seed's figures plot the committed rows' own figures."""
+"""benchmarks/figures.py: the part0 workload's figures plot the committed rows' own figures."""
 import shutil
 import statistics
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import figures
-from benchmarks.report import load, main
+from benchmarks.report import load
 from core.config import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,13 +43,13 @@ def test_the_batch_curve_is_the_median_of_the_runs(groups):
     assert {r["batch"] for r in drawn if r["engine"].startswith("continuous")} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 
-def test_report_charts_writes_the_figures(tmp_path, capsys):
+def test_figures_writes_the_figures(tmp_path, capsys):
     results = tmp_path / "results"
     for engine in ("cached", "batched"):  # rows only, no open runs: no latency figure, said so
         (results / engine).mkdir(parents=True)
         shutil.copy(ROOT / "results" / engine / "runs.jsonl", results / engine / "runs.jsonl")
     out = tmp_path / "figures"
-    assert main(["--results", str(results), "--charts", str(out)]) == 0
+    assert figures.main([str(out), "--results", str(results)]) == 0
     text = capsys.readouterr().out
     assert "no latency-vs-rate figure" in text
     assert sorted(p.name for p in out.iterdir()) == ["batch-curve.html", "batch-curve.png", "roofline.html",
@@ -61,8 +61,8 @@ def test_report_charts_writes_the_figures(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".figures")]  # no scratch left
 
 
-def test_report_charts_on_a_file_is_a_one_line_error(tmp_path, capsys):
+def test_figures_into_a_file_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "f").write_text("x")
-    assert main(["--charts", str(tmp_path / "f")]) == 2
+    assert figures.main([str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --charts") and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path / 'f'}") and err.count("\n") == 1

@@ -26,7 +26,7 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 # (pattern, reason): commands not run here
 NOT_HERE = [
     (r"^modal ", "needs a Modal account"),
-    (r"(^|\s)bash benchmarks/h200", "a device script: needs the GPU machine"),
+    (r"(^|\s)bash benchmarks/(h200|gpu_)", "a device script: needs the GPU machine"),
     (r"^GIT_COMMIT=", "a device script: needs the GPU machine"),
     (r"python3? -m venv", "makes a fresh virtual environment and installs (.ci/run does it)"),
     (r"^pip install", "installs packages (.ci/run does it)"),
