@@ -223,7 +223,7 @@ def fit_main(argv: list[str]) -> int:
     p.add_argument("--no-charts", action="store_true", help="skip the residual charts")
     p.add_argument("--spread", action="store_true",
                    help="fit decode attention's spread term (sim.calibrated) on the pairs of the `calibrate sweep "
-                        "--grid mixtures` runs of this GPU and model under RESULTS/calibration-mixtures (an error if "
+                        "--grid mixtures` runs of this GPU and model under RESULTS/calibration (an error if "
                         "there are none); without it the term is 0")
     p.add_argument("--mixed", action="store_true",
                    help="price mixed passes run as CUDA graphs by their chunk attention's tiles list-scheduled "
@@ -302,7 +302,7 @@ def fit_main(argv: list[str]) -> int:
         mix, mix_runs = mixture_pairs(results, row["gpu"], row["model"]) if args.spread else ([], [])
         if args.spread and not mix:
             raise ValueError(f"--spread: no `calibrate sweep --grid mixtures` run of {row['model']} on {row['gpu']} "
-                             f"under {results / 'calibration-mixtures'}")
+                             f"under {results / 'calibration'}")
         if mix:  # the spread term: on what the form fitted without it leaves of the pairs' differences
             params, _ = fit_with_heat(passes, fit, predict_all, heat=measured_heat)
             spread_from, spread_rates, _ = fit_spread(mix, CalibratedCost(base | {"parameters": params}))

@@ -13,9 +13,10 @@ is fitted on what it leaves (`fit_spread`: least squares on each pair's miss ove
 time, for every `spread_from` of FROM_GRID, `spread_s` at least 0, the `spread_from` with the least
 error kept), for batches of the small slicing (padded batches under 128 on the H200). Batches
 that fill the GPU keep 0: there a spread of contexts costs what the tail of a list schedule of
-the kernel's programs costs (`../results/calibration-replays/README.md`), which no term on the
-mean and the longest context holds (fitted there, this one took the sweep's decode fit to
-another basin: in-sample 1.85% against 1.46%).
+the kernel's programs costs (`sim.schedule`), which no term on the mean and the longest context
+holds (fitted there, this one took the sweep's decode fit to another basin: in-sample 1.85%
+against 1.46%). The term is optional (`calibrate fit --spread`); the shipped H200 calibration
+has it at 0.
 """
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ def pairs(medians: dict[tuple, float]) -> dict[int, list[tuple]]:
 
 
 def mixture_pairs(results: Path, gpu: str, model: str) -> tuple[list[tuple], list[str]]:
-    """Every pair of the mixtures runs under RESULTS/calibration-mixtures timed on `gpu` with
-    `model` (each run's pairs from its own medians), and those runs' ids; none when there are none."""
-    store = RunStore(Path(results) / "calibration-mixtures")
+    """Every pair of the mixtures runs (rows of kind KIND, where `calibrate sweep --grid mixtures`
+    writes them: RESULTS/calibration) timed on `gpu` with `model` (each run's pairs from its own
+    medians), and those runs' ids; none when there are none."""
+    store = RunStore(Path(results) / "calibration")
     if not store.rows_path.exists():
         return [], []
     out, runs = [], []

@@ -1,7 +1,6 @@
 """Decode attention as the kernel's programs run it: in launch order over the resident slots,
 sharing the KV bandwidth (`sim.calibrated`'s form for batches that fill the GPU, when a
-calibration file has "schedule" rates; `benchmarks/attention_forms.py` fits it on
-attention-alone timings, `benchmarks/fluid_priced.py` on whole passes).
+calibration file has "schedule" rates).
 
 The kernel's grid is (rows, KV heads, slices); the GPU launches it slice by slice (every row's
 slice 0 for each head, then every row's slice 1, ...), a program taking one slice of one

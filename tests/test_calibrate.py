@@ -119,7 +119,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     on what the form without it leaves of the pairs' differences (here all of the term)."""
     truth = with_spread(TRUE)
     store = write_sweep(tmp_path, synthetic_passes(noise=0.005, repeats=1))
-    mixtures = RunStore(tmp_path / "calibration-mixtures")
+    mixtures = RunStore(tmp_path / "calibration")  # where `calibrate sweep --grid mixtures` writes them
     meta = {"engine": "continuous", "kind": "sweep-mixtures", "model": MODEL.name, "gpu": "NVIDIA H200"}
     mixtures.write_run("sweep-mixtures-x", mixture_passes(truth), [], meta | {"run_id": "sweep-mixtures-x"})
     other = mixture_passes(with_spread(TRUE, {"small": 1e-6, "big": 0.0}))  # another card's: not read
