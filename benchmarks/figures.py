@@ -8,7 +8,7 @@
 - batch-curve: decode tokens per second against the batch size (p256) of the batched engine
   (results/batched) and the continuous engine's closed batches (results/continuous-closed),
   median and range of the recorded runs, under the roofline's ceiling for the same steps;
-- latency-vs-rate: the continuous engine's open runs of the seed workload against the arrival
+- latency-vs-rate: the continuous engine's open runs of the part0 workload against the arrival
   rate, real and simulated (`sim compare`'s chart, from the same comparison it makes).
 
     python benchmarks/figures.py docs/figures [--results results] [--device "NVIDIA H200"]
@@ -152,7 +152,7 @@ def batch_curve_chart(groups: dict):
 
 
 def latency_vs_rate(results: Path, out: Path, cost: str = "calibrated:h200") -> Path | None:
-    """`sim compare`'s latency-against-rate chart of the seed workload's open runs (one replica),
+    """`sim compare`'s latency-against-rate chart of the part0 workload's open runs (one replica),
     real and simulated; None (with a note) where there are no such runs or no cost model."""
     from sim.compare import charts, compare, load_cost, select_runs
     from core.runstore import RunStore
@@ -164,7 +164,7 @@ def latency_vs_rate(results: Path, out: Path, cost: str = "calibrated:h200") -> 
         print(f"no latency-vs-rate figure: {e}")
         return None
     if not rows:
-        print(f"no latency-vs-rate figure: no open runs of the seed workload under {results / 'continuous'}")
+        print(f"no latency-vs-rate figure: no open runs of the part0 workload under {results / 'continuous'}")
         return None
     store = RunStore(results / "continuous")
     comparisons = [compare(r, store, cost, model) for r in rows]

@@ -20,7 +20,7 @@ KINDS = ("one replica, light load (1-60 req/s), 50 or 150 requests", "one replic
          "the Azure window at 1x", "two replicas below saturation", "the capacity knee, one H200 (7-11x)",
          "the capacity knee, two H200s (17-22x)", "above saturation")
 LIGHT, LIGHT_LONG, NEAR, NEAR_LONG, AZURE_1X, TWO_REPLICAS, KNEE_ONE, KNEE_TWO, SATURATED = KINDS
-# the seed runs of 40 s of arrivals (201 to 3,035 requests) beside the others (50 or 150 requests up to
+# the part0 workload's runs of 40 s of arrivals (201 to 3,035 requests) beside the others (50 or 150 requests up to
 # 60 req/s, 300 or 400 above): the fewest requests of a long run, by load
 LONG_REQUESTS = {"light": 200, "near": 1000}
 
