@@ -32,22 +32,18 @@ def lengths(text: str) -> generate.Lengths:
     """A token-length argument: `256` (constant), `16,64,256` (drawn from these) or `64:512`
     (uniform, both ends included); every length at least 1."""
     try:
-        if ":" in text:
-            low, high = (int(x) for x in text.split(":"))
-            values, made = [low, high], generate.uniform(low, high)
-        elif "," in text:
-            values = [int(x) for x in text.split(",")]
-            made = generate.choice(values)
-        else:
-            made = int(text)
-            values = [made]
+        values = [int(x) for x in text.split(":" if ":" in text else ",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N, A,B,C or LOW:HIGH, got {text!r}") from None
+        values = []
+    if not values or (":" in text and len(values) != 2):
+        raise argparse.ArgumentTypeError(f"expected N, A,B,C or LOW:HIGH, got {text!r}")
     if min(values) < 1 or (":" in text and values[0] > values[1]):
         raise argparse.ArgumentTypeError(f"token lengths must be at least 1 (and LOW <= HIGH), got {text!r}")
     if max(values) > MAX_INT:
         raise argparse.ArgumentTypeError(f"token lengths must be at most {MAX_INT} (int64), got {text!r}")
-    return made
+    if ":" in text:
+        return generate.uniform(*values)
+    return generate.choice(values) if "," in text else values[0]
 
 
 def rates(text: str) -> list[float]:

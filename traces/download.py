@@ -124,7 +124,8 @@ def download(name: str, dest_dir: str | Path | None = None, use_local: bool = Tr
         local = find_local(name, local_folders() + (dest_dir,))
         if local is not None:
             return local
-    import urllib.error  # here, not at the top: every replay imports this module, few download
+    import http.client  # here, not at the top: every replay imports this module, few download
+    import urllib.error
     import urllib.request
 
     from tqdm import tqdm
@@ -143,9 +144,17 @@ def download(name: str, dest_dir: str | Path | None = None, use_local: bool = Tr
                     digest.update(chunk)
                     size += len(chunk)
                     bar.update(len(chunk))
+            if announced is not None and size != announced:
+                raise DownloadError(f"{entry.url}: the download of {name!r} was cut short: expected {announced:,} "
+                                    f"bytes, got {size:,}; nothing kept")
             _check_first_line(name, entry, head)
             _check_contents(name, entry, size, digest.hexdigest())
-    except (urllib.error.URLError, OSError) as e:
+    except http.client.IncompleteRead as e:
+        got = size + len(e.partial)
+        expected = f"{got + e.expected:,} bytes" if isinstance(e.expected, int) else "more"
+        raise DownloadError(f"{entry.url}: the download of {name!r} was cut short: expected {expected}, "
+                            f"got {got:,}; nothing kept") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", e)
         raise DownloadError(
             f"could not download {name!r} from {entry.url} ({reason}). If this machine is offline "
