@@ -24,8 +24,8 @@ from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, 
 from core.records import records_to_csv, write_jsonl
 from sim.build import (AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec,
                        trace_left_out)
-from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
-    write_requests
+from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_left_out, \
+    read_requests, write_requests
 from sim.plot import add_plot_args, cmd_plot
 from traces.download import DownloadError
 
@@ -150,7 +150,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     slos = parse_goodput(args.goodput)
     records = read_requests(args.run)
     print(format_metrics(compute_metrics(records, slos, percentiles(args.metric_percentiles)), f" {args.run} ",
-                         args.metric_percentiles))
+                         args.metric_percentiles, read_left_out(args.run)))
     if refused := format_rejections(records):
         print(refused, file=sys.stderr)
     return 0

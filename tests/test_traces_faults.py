@@ -46,6 +46,22 @@ def test_sim_run_names_the_failed_burstgpt_row_it_left_out_in_its_table_and_metr
     assert recorded == {"failed: zero output tokens": {"count": 1, "lines": [2]}}
 
 
+def test_sim_metrics_prints_the_left_out_line_again_from_the_run_directory(tmp_path, capsys):
+    trace = write(tmp_path / "b.csv", BURSTGPT_HEADER + "5,GPT-4,10,0,10,API log\n7,GPT-4,10,3,13,API log\n")
+    out = tmp_path / "run"
+    assert sim_main(["run", "--trace", str(trace), "--pass-log", "off", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert sim_main(["metrics", str(out)]) == 0
+    assert "Left out by the loader:                 1 (failed: zero output tokens)" in capsys.readouterr().out
+
+
+def test_convert_says_how_many_rows_it_left_out_and_which(tmp_path, capsys):
+    trace = write(tmp_path / "b.csv", BURSTGPT_HEADER + "5,GPT-4,10,0,10,API log\n7,GPT-4,10,3,13,API log\n")
+    assert traces_main(["convert", str(trace), "--out", str(tmp_path / "c.csv")]) == 0
+    assert "left out by the loader: 1 (failed: zero output tokens), line 2" in capsys.readouterr().out
+    assert len(load_trace(tmp_path / "c.csv")) == 1
+
+
 def test_sim_run_counts_each_kind_of_azure_row_left_out(tmp_path, capsys):
     trace = write(tmp_path / "a.csv", AZURE_HEADER + "2023-11-16 18:00:00.0000000,100,0\n"
                                                      "2023-11-16 18:00:01.0000000,0,5\n"

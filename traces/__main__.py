@@ -12,7 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from core.cli import ArgumentParser, number
+from core.metrics import format_left_out
 from traces import generate
 from traces.download import PUBLIC_TRACES, TRACES_ENV, DownloadError, download, resolve_trace
 from traces.errors import TraceError
@@ -199,6 +202,13 @@ def prompt_list(text: str) -> list[int]:
     return values
 
 
+def lines_of(left_out: dict[str, np.ndarray], shown: int = 5) -> str:
+    """The first `shown` lines the loader left out, for the message: "lines 2, 5, 9, ..."."""
+    lines = sorted(int(x) for rows in left_out.values() for x in rows)
+    return f"line{'s' if len(lines) > 1 else ''} " + ", ".join(map(str, lines[:shown])) + \
+        (", ..." if len(lines) > shown else "")
+
+
 def summary_window(trace: Trace, given: float | None) -> float | None:
     """`summary --window`: the window to print rates for (None: none), refusing a given window that
     would print more than MAX_WINDOWS rates (the default of 600 s is then left out)."""
@@ -222,7 +232,9 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
     elif args.command == "convert":
         trace = load_trace(resolve_trace(args.input), args.fmt)
-        print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}")
+        left_out = format_left_out(trace.left_out)
+        print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}"
+              + (f"\nleft out by the loader: {left_out}, {lines_of(trace.left_out)}" if left_out else ""))
     elif args.command == "summary":
         trace = load_trace(resolve_trace(args.input), args.fmt)
         window_s = summary_window(trace, args.window)
