@@ -133,6 +133,14 @@ def test_convert_refuses_a_public_file_spanning_more_than_1e8_s(tmp_path, capsys
 # ---------------------------------------------------------------- integers past int64
 
 
+def test_a_mooncake_length_past_int64_is_an_error_on_its_line(tmp_path, capsys):
+    source = write(tmp_path / "m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+                                         '{"timestamp": 1, "input_length": 99999999999999999999, "output_length": 1}\n')
+    status, err = run_traces(["convert", str(source), "--out", str(tmp_path / "c.csv")], capsys)
+    assert status == 2 and err.startswith(f"error: {source}, line 2: input_length is past int64")
+    assert files_under(tmp_path) == [source]
+
+
 @pytest.mark.parametrize("args, option", [
     (["generate", "poisson", "--rate", "1", "--n", "3", "--prompt", "99999999999999999999"], "--prompt"),
     (["generate", "poisson", "--rate", "1", "--n", "3", "--prompt", "1:99999999999999999999"], "--prompt"),

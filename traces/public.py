@@ -196,6 +196,8 @@ def _json_count(path: Path, line: int, key: str, value: object) -> int:
         raise TraceError(path, line, f"{key} must be a whole number, got {value!r}")
     if value < 0:
         raise TraceError(path, line, f"{key} is negative, got {value}")
+    if value > np.iinfo(np.int64).max:
+        raise TraceError(path, line, f"{key} is past int64, got {value}")
     return value
 
 
