@@ -1,11 +1,13 @@
 """Converters from the public production-trace formats into a `Trace`.
 
 Every converter checks every row (bad cells raise `TraceError` with the file and line), then:
-- drops requests with a zero token count and counts them in `trace.notes` (BurstGPT marks failed
-  requests with 0 response tokens; a zero elsewhere cannot be replayed either);
+- drops requests with a zero token count, counts them in `trace.notes` and names their lines by
+  reason in `trace.left_out` (BurstGPT marks failed requests with 0 response tokens; a zero
+  elsewhere cannot be replayed either), so that a replay can say what it left out;
 - SORTS by arrival time (stable), because raw public files need not be in order, and counts in
   `notes["out_of_order"]` the rows that came earlier than the row before them;
-- sets `arrival_s` to seconds since the first kept request.
+- sets `arrival_s` to seconds since the first kept request, refusing a request past MAX_ARRIVAL_S
+  (a file the project loader would refuse once converted).
 Negative, fractional or unparsable values are errors, not drops: they mean the file is broken.
 
 `iter_public` reads a file in time order a chunk at a time, with the same checks and drops and
