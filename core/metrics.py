@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence, Sized
 
 import numpy as np
 
@@ -204,9 +204,31 @@ def format_rejections(records: RequestTable | Iterable[RequestRecord], examples:
     return "\n".join(lines)
 
 
-def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None) -> str:
+def format_left_out(left_out: Mapping[str, Sized]) -> str | None:
+    """The requests a trace's loader left out, for the metrics table: "3 (2 zero output tokens,
+    1 zero prompt tokens)", or None when it left none out. `left_out`: reason -> the rows."""
+    counts = {reason: len(rows) for reason, rows in left_out.items() if len(rows)}
+    if not counts:
+        return None
+    if len(counts) == 1:
+        return f"{sum(counts.values()):,} ({next(iter(counts))})"
+    return f"{sum(counts.values()):,} ({', '.join(f'{n:,} {reason}' for reason, n in counts.items())})"
+
+
+def left_out_json(left_out: Mapping[str, Iterable[int]]) -> dict[str, dict]:
+    """`left_out` (reason -> line numbers) for metrics.json: reason -> {"count", "lines"}."""
+    out = {}
+    for reason, rows in left_out.items():
+        lines = [int(x) for x in rows]
+        out[reason] = {"count": len(lines), "lines": lines}
+    return out
+
+
+def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None,
+                   left_out: Mapping[str, Sized] | None = None) -> str:
     """A text table laid out like vLLM's benchmark printout: each latency's mean, median and the
-    percentiles `shown` (default: every one computed but the median)."""
+    percentiles `shown` (default: every one computed but the median); a line for the requests the
+    trace's loader `left_out` (reason -> rows), when it left any out."""
     lines = [f"{title:=^60}"]
 
     def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
@@ -215,6 +237,8 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: I
 
     kv("Successful requests:", m.completed, "{:<10}")
     kv("Rejected requests:", m.rejected, "{:<10}")
+    if left_out and (text := format_left_out(left_out)):
+        kv("Left out by the loader:", text, "{}")
     kv("Preemptions:", m.preemptions, "{:<10}")
     kv("Benchmark duration (s):", m.duration_s)
     kv("Total input tokens:", m.total_input_tokens, "{:<10}")

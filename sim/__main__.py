@@ -19,12 +19,13 @@ import sys
 from pathlib import Path
 
 from core.cli import ArgumentParser, goodput_slo, metric_percentiles
-from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, format_rejections,
+from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, format_rejections, left_out_json,
                           format_replications, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
-from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
-from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
-    write_requests
+from sim.build import (AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec,
+                       trace_left_out)
+from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_left_out, \
+    read_requests, write_requests
 from sim.plot import add_plot_args, cmd_plot
 from traces.download import DownloadError
 
@@ -109,6 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
     spec, n = check_trace(spec)  # every row checked here, before any work; then the run streams it
+    left_out = trace_left_out(spec)
     keep_times = {"auto": n <= SMALL_TRACE, "on": True, "off": False}[args.token_times]
     log_passes = {"auto": n <= 2000, "on": True, "off": False}[args.pass_log]
     p, d = spec.split_disaggregation()
@@ -122,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows.append(metrics.as_row())
         results.append((run, result))
         if i == 0:
-            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles))
+            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles, left_out))
             print(f"simulated {result.num_passes:,} passes to t={result.end_s:,.1f} s in {result.wall_s:.2f} s wall"
                   f"{'' if log_passes else ' (pass records off)'}")
             if spec.prefix_caching:
@@ -138,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with atomic_dir(args.out) as tmp:
             for i, ((run, result), row) in enumerate(zip(results, rows)):
                 out = tmp if args.replications == 1 else tmp / f"rep{i}"
-                write_run(out, run, result, row, formats)
+                write_run(out, run, result, row, formats, left_out)
         print(f"records written under {args.out}")
     return 0
 
@@ -148,22 +150,24 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     slos = parse_goodput(args.goodput)
     records = read_requests(args.run)
     print(format_metrics(compute_metrics(records, slos, percentiles(args.metric_percentiles)), f" {args.run} ",
-                         args.metric_percentiles))
+                         args.metric_percentiles, read_left_out(args.run)))
     if refused := format_rejections(records):
         print(refused, file=sys.stderr)
     return 0
 
 
-def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str]) -> None:
+def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str], left_out: dict | None = None) -> None:
     """A run's files: request records (requests.<format> for each of `formats`), pass records
-    when kept (passes.jsonl, and passes.csv with the csv format), metrics.json."""
+    when kept (passes.jsonl, and passes.csv with the csv format), metrics.json (with the trace's
+    rows its loader `left_out`, by reason: count and lines)."""
     write_requests(out, result.table, formats)
     if run.log_passes:
         write_jsonl(result.passes, out / "passes.jsonl")
         if "csv" in formats:
             records_to_csv(result.passes, out / "passes.csv")
     (out / "metrics.json").write_text(json.dumps(
-        {"spec": run.__dict__, "metrics": row, "passes": result.num_passes, "wall_s": result.wall_s},
+        {"spec": run.__dict__, "metrics": row, "left_out": left_out_json(left_out or {}), "passes": result.num_passes,
+         "wall_s": result.wall_s},
         indent=1, default=str))
 
 

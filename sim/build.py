@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
+import numpy as np
+
 from core.config import PRESETS, get_preset
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import GIB, get_gpu
@@ -166,10 +168,24 @@ TEXT_AXES = tuple(f.name for f in cli_fields() if f.metadata["axis"] and f.metad
 
 
 @lru_cache(maxsize=4)
-def count_trace_file(path: str, fmt: str | None = None) -> int:
+def scan_trace_file(path: str, fmt: str | None = None) -> tuple[int, dict[str, np.ndarray]]:
     """Requests in a trace file (or a public trace by name), every row checked, one chunk in
-    memory at a time; cached."""
-    return count_trace(resolve_trace(path), fmt=fmt)
+    memory at a time, and the lines its loader left out by reason (`Trace.left_out`); cached."""
+    left_out: dict[str, np.ndarray] = {}
+    return count_trace(resolve_trace(path), fmt=fmt, left_out=left_out), left_out
+
+
+def count_trace_file(path: str, fmt: str | None = None) -> int:
+    """Requests in a trace file (or a public trace by name), as `scan_trace_file` counts them."""
+    return scan_trace_file(path, fmt)[0]
+
+
+def trace_left_out(spec: RunSpec) -> dict[str, np.ndarray]:
+    """The rows of the spec's trace file that its loader left out, by reason (their lines), from
+    what `check_trace` read (cached)."""
+    if spec.stream:
+        return scan_trace_file(spec.trace, spec.trace_format)[1]
+    return load_trace_file(spec.trace, spec.trace_format).left_out
 
 
 STREAM_ABOVE_BYTES = 64 << 20  # trace files larger than this stream through a run; smaller ones are loaded once

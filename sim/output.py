@@ -12,6 +12,7 @@ a run directory's records back from whichever is there, for `python -m sim metri
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -93,3 +94,14 @@ def read_requests(path: str | Path) -> RequestTable:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     return read_table(path)
+
+
+def read_left_out(path: str | Path) -> dict[str, list[int]]:
+    """The trace rows its loader left out, by reason (their lines), as the run at `path` (a run
+    directory or one of its request files) recorded them in metrics.json; empty without one."""
+    path = Path(path)
+    meta = (path if path.is_dir() else path.parent) / "metrics.json"
+    if not meta.is_file():
+        return {}
+    left_out = json.loads(meta.read_text()).get("left_out") or {}
+    return {reason: kind.get("lines", []) for reason, kind in left_out.items()}

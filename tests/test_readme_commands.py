@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 READMES = sorted({REPO / "README.md", *REPO.glob("*/README.md"), *REPO.glob("results/*/README.md")})
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+TRACES = os.environ.get("LLMSIM_TRACES")  # where the known public traces are found (.ci/run sets it)
 
 # (pattern, reason): commands not run here
 NOT_HERE = [
@@ -66,8 +66,8 @@ def cases():
             reason = next((why for pat, why in NOT_HERE if re.search(pat, cmd)), None)
             if reason is None and not HAS_TORCH and any(re.search(p, cmd) for p in NEEDS_TORCH):
                 reason = "runs the engine: needs its extra (torch)"
-            if reason is None and not SHARED_TRACES.exists() and any(re.search(p, cmd) for p in NEEDS_AZURE):
-                reason = "the Azure trace is neither here (../shared/traces) nor downloadable offline"
+            if reason is None and not TRACES and any(re.search(p, cmd) for p in NEEDS_AZURE):
+                reason = "LLMSIM_TRACES is unset, so the Azure trace is not here (and not downloadable offline)"
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             if any(re.search(p, cmd) for p in SLOW):
                 marks.append(pytest.mark.slow)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import io
+import os
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +13,18 @@ from traces import download as dl
 from traces.io import load_trace
 
 
+REAL_TRACES = os.environ.get(dl.TRACES_ENV)  # read before the fixture below unsets it
+
+
 class FakeResponse(io.BytesIO):
     headers: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def no_local_traces(tmp_path, monkeypatch):
+    """Nothing outside tmp_path is looked in: no $LLMSIM_TRACES, the cache under tmp_path."""
+    monkeypatch.delenv(dl.TRACES_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def test_offline_download_fails_naming_the_url_and_where_to_put_the_file(tmp_path, monkeypatch):
@@ -25,7 +37,7 @@ def test_offline_download_fails_naming_the_url_and_where_to_put_the_file(tmp_pat
     assert dl.PUBLIC_TRACES["burstgpt"].url in message
     assert "name resolution" in message and "place the file at" in message
     assert str(tmp_path / "burstgpt" / "BurstGPT_1.csv") in message
-    assert not list(tmp_path.rglob("*.part"))  # nothing half-written is left behind
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing half-written is left behind
 
 
 def test_download_writes_the_file_under_its_subfolder(tmp_path, monkeypatch):
@@ -54,10 +66,12 @@ def test_a_local_copy_is_used_without_touching_the_network(tmp_path, monkeypatch
     assert dl.download("mooncake-conversation", tmp_path) == tmp_path / "conversation_trace.jsonl"
 
 
-def test_shared_azure_trace_is_found_when_present():
-    expected = dl.SHARED_TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
-    if not expected.is_file():
-        pytest.skip(f"no shared traces at {dl.SHARED_TRACES}")
+def test_the_azure_trace_is_found_under_llmsim_traces(monkeypatch):
+    real = REAL_TRACES
+    if not real:
+        pytest.skip(f"{dl.TRACES_ENV} is unset: set it to a folder holding azure2023/AzureLLMInferenceTrace_conv.csv")
+    monkeypatch.setenv(dl.TRACES_ENV, real)
+    expected = Path(real) / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
     assert dl.find_local("azure-conv-2023") == expected
 
 

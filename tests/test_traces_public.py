@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,8 @@ import pytest
 from traces.io import TraceError, load_trace
 from traces.tools import rate_per_window, summary
 
-SHARED_TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
-AZURE_CONV_2023 = SHARED_TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
+TRACES = os.environ.get("LLMSIM_TRACES")  # a folder of known public traces, laid out like their sources
+AZURE_CONV_2023 = Path(TRACES) / "azure2023" / "AzureLLMInferenceTrace_conv.csv" if TRACES else None
 
 
 def write(tmp_path, name: str, text: str) -> Path:
@@ -114,8 +115,10 @@ def test_bad_public_file_raises_error_naming_file_and_line(tmp_path, case):
 
 @pytest.fixture(scope="module")
 def azure_conv():
+    if AZURE_CONV_2023 is None:
+        pytest.skip("LLMSIM_TRACES is unset: set it to a folder holding azure2023/AzureLLMInferenceTrace_conv.csv")
     if not AZURE_CONV_2023.is_file():
-        pytest.skip(f"real Azure trace not present at {AZURE_CONV_2023} (copy it there to run this)")
+        pytest.skip(f"LLMSIM_TRACES has no {AZURE_CONV_2023.relative_to(TRACES)}")
     return load_trace(AZURE_CONV_2023)
 
 

@@ -12,15 +12,19 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from core.cli import ArgumentParser, number
+from core.metrics import format_left_out
 from traces import generate
-from traces.download import DEFAULT_DEST, PUBLIC_TRACES, DownloadError, download, resolve_trace
+from traces.download import PUBLIC_TRACES, TRACES_ENV, DownloadError, download, resolve_trace
 from traces.errors import TraceError
 from traces.io import FORMATS, load_trace, save_trace
 from traces.tools import clip_to_context, rate_per_window, scale_rate, summary, window
 from traces.trace import MAX_ARRIVAL_S, Trace
 
 MAX_WINDOWS = 10_000  # `summary --window` prints at most this many per-window rates
+MAX_INT = 2**63 - 1  # token counts are int64 in a Trace: larger whole numbers are refused as options
 
 COUNT = number(int, low=1, high=generate.MAX_REQUESTS)
 SECONDS = number(above=0, high=MAX_ARRIVAL_S)
@@ -31,20 +35,18 @@ def lengths(text: str) -> generate.Lengths:
     """A token-length argument: `256` (constant), `16,64,256` (drawn from these) or `64:512`
     (uniform, both ends included); every length at least 1."""
     try:
-        if ":" in text:
-            low, high = (int(x) for x in text.split(":"))
-            values, made = [low, high], generate.uniform(low, high)
-        elif "," in text:
-            values = [int(x) for x in text.split(",")]
-            made = generate.choice(values)
-        else:
-            made = int(text)
-            values = [made]
+        values = [int(x) for x in text.split(":" if ":" in text else ",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N, A,B,C or LOW:HIGH, got {text!r}") from None
+        values = []
+    if not values or (":" in text and len(values) != 2):
+        raise argparse.ArgumentTypeError(f"expected N, A,B,C or LOW:HIGH, got {text!r}")
     if min(values) < 1 or (":" in text and values[0] > values[1]):
         raise argparse.ArgumentTypeError(f"token lengths must be at least 1 (and LOW <= HIGH), got {text!r}")
-    return made
+    if max(values) > MAX_INT:
+        raise argparse.ArgumentTypeError(f"token lengths must be at most {MAX_INT} (int64), got {text!r}")
+    if ":" in text:
+        return generate.uniform(*values)
+    return generate.choice(values) if "," in text else values[0]
 
 
 def rates(text: str) -> list[float]:
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
     helps = {"poisson": "Poisson arrivals at --rate",
              "gamma": "gamma gaps: --rate and --burstiness (vLLM's definition; 1 = Poisson)",
-             "fixed": "the seed workload: prompts drawn from 16..4096, 256 output tokens",
+             "fixed": "the part0 workload: prompts drawn from p16 ... p4096, 256 output tokens",
              "onoff": "bursts: --rate-on for --on seconds, --rate-off for --off seconds",
              "ramp": "a rate that follows --rates (or a --daily curve) over --duration"}
     for kind, text in helps.items():
@@ -146,12 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     down = commands.add_parser("download", help="fetch a public trace by name",
                                description="Names: " + ", ".join(PUBLIC_TRACES))
     down.add_argument("name", choices=list(PUBLIC_TRACES), metavar="NAME")
-    down.add_argument("--dest", type=Path, default=DEFAULT_DEST, help="folder (default out/traces)")
-    down.add_argument("--no-local", action="store_true", help="download even if ../shared/traces has it")
+    down.add_argument("--dest", type=Path, default=None,
+                      help="folder to download into (default $XDG_CACHE_HOME/llm-serving-sim/traces, "
+                           "else ~/.cache/llm-serving-sim/traces)")
+    down.add_argument("--no-local", action="store_true",
+                      help=f"download even if ${TRACES_ENV} or the cache already has it")
 
     clip = commands.add_parser("clip", help="fit every request into a model's context")
     clip.add_argument("input", type=Path)
-    clip.add_argument("--context", type=number(int, low=2), required=True, help="context length in tokens")
+    clip.add_argument("--context", type=number(int, low=2, high=MAX_INT), required=True,
+                      help="context length in tokens")
     clip.add_argument("--out", type=Path, required=True)
 
     scale = commands.add_parser("scale", help="stretch or compress time to a target mean rate")
@@ -191,7 +197,16 @@ def prompt_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected lengths like 16,64,256, got {text!r}") from None
     if min(values) < 1:
         raise argparse.ArgumentTypeError(f"prompt lengths must be at least 1, got {text!r}")
+    if max(values) > MAX_INT:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be at most {MAX_INT} (int64), got {text!r}")
     return values
+
+
+def lines_of(left_out: dict[str, np.ndarray], shown: int = 5) -> str:
+    """The first `shown` lines the loader left out, for the message: "lines 2, 5, 9, ..."."""
+    lines = sorted(int(x) for rows in left_out.values() for x in rows)
+    return f"line{'s' if len(lines) > 1 else ''} " + ", ".join(map(str, lines[:shown])) + \
+        (", ..." if len(lines) > shown else "")
 
 
 def summary_window(trace: Trace, given: float | None) -> float | None:
@@ -217,7 +232,9 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}")
     elif args.command == "convert":
         trace = load_trace(resolve_trace(args.input), args.fmt)
-        print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}")
+        left_out = format_left_out(trace.left_out)
+        print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {trace.notes}"
+              + (f"\nleft out by the loader: {left_out}, {lines_of(trace.left_out)}" if left_out else ""))
     elif args.command == "summary":
         trace = load_trace(resolve_trace(args.input), args.fmt)
         window_s = summary_window(trace, args.window)
@@ -233,6 +250,9 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {len(trace)} requests to {save_trace(trace, args.out)}; {report}")
     elif args.command == "scale":
         trace = scale_rate(load_trace(resolve_trace(args.input)), args.rate)
+        if trace.arrival_s.max() > MAX_ARRIVAL_S:
+            raise ValueError(f"--rate {args.rate:g}: the last request would arrive at {trace.arrival_s.max():.6g} s, "
+                             f"past the {MAX_ARRIVAL_S:g} s (about 3.2 years) a trace may span; nothing written")
         print(f"wrote {len(trace)} requests at {trace.rate:.4g} req/s to {save_trace(trace, args.out)}")
     elif args.command == "window":
         trace = window(load_trace(resolve_trace(args.input)), args.start, args.end)

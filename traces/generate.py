@@ -1,5 +1,5 @@
-"""Seeded synthetic workloads: Poisson and gamma arrivals (vLLM's definitions), the seed project's
-fixed-prompt workload, on/off bursts, and a rate that ramps over time (e.g. over a day).
+"""Seeded synthetic workloads: Poisson and gamma arrivals (vLLM's definitions), the part0
+workload of fixed prompts, on/off bursts, and a rate that ramps over time (e.g. over a day).
 
 Conventions:
 - Renewal processes (`poisson`, `gamma`, `fixed_prompts`) put the first request at t = 0, as
@@ -27,7 +27,7 @@ MAX_REQUESTS = 100_000_000
 Sampler = Callable[[np.random.Generator, int], np.ndarray]
 Lengths = int | Sampler
 
-SEED_PROMPTS = (16, 64, 256, 1024, 4096)  # the seed project's p16..p4096 prompts
+SEED_PROMPTS = (16, 64, 256, 1024, 4096)  # the part0 workload's prompts, p16 ... p4096
 
 
 def choice(values: Sequence[int], weights: Sequence[float] | None = None) -> Sampler:
@@ -64,7 +64,7 @@ def gamma(rate: float, burstiness: float, n: int | None = None, duration_s: floa
 
 def fixed_prompts(n: int | None = 100, rate: float = math.inf, prompts: Sequence[int] = SEED_PROMPTS,
                   output_tokens: Lengths = 256, duration_s: float | None = None, seed: int = 0) -> Trace:
-    """The seed project's workload: prompt lengths drawn from p16..p4096, 256 output tokens, Poisson
+    """The part0 workload: prompt lengths drawn from p16 ... p4096, 256 output tokens, Poisson
     arrivals at `rate` (the default, inf, sends every request at t = 0 like an offline batch)."""
     if duration_s is not None:
         n = None

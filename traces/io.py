@@ -22,10 +22,11 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
+from core.atomic import atomic_open
 from traces.csvfile import ENCODING, integers, iter_columns, read_header, require_columns, seconds
 from traces.errors import NeedsSorting, TraceError
 from traces.public import iter_public, load_azure, load_burstgpt, load_mooncake
-from traces.trace import Trace, concat, first_out_of_order
+from traces.trace import MAX_ARRIVAL_S, Trace, concat, first_out_of_order
 
 __all__ = ["FORMATS", "NeedsSorting", "TraceError", "count_trace", "detect_format", "iter_trace", "load_trace",
            "save_trace"]
@@ -53,10 +54,13 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def iter_trace(path: str | Path, fmt: str | None = None, chunk_rows: int | None = None) -> Iterator[Trace]:
+def iter_trace(path: str | Path, fmt: str | None = None, chunk_rows: int | None = None,
+               left_out: dict[str, np.ndarray] | None = None) -> Iterator[Trace]:
     """The trace in `path` as checked chunks of at most `chunk_rows` requests (default
     `traces.csvfile.CHUNK_ROWS`), read as they are asked for: `load_trace`'s checks and error
-    lines, a chunk at a time. A public-format file must be in time order (else `NeedsSorting`)."""
+    lines, a chunk at a time. A public-format file must be in time order (else `NeedsSorting`).
+    `left_out`, if given, is filled as the file is read with the lines of the rows the loader
+    leaves out, by reason (as `Trace.left_out`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such trace file")
@@ -64,13 +68,14 @@ def iter_trace(path: str | Path, fmt: str | None = None, chunk_rows: int | None 
     if fmt == "project":
         return _project_chunks(path, chunk_rows)
     if fmt in FORMATS:
-        return iter_public(path, fmt, chunk_rows)
+        return iter_public(path, fmt, chunk_rows, left_out)
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def count_trace(path: str | Path, fmt: str | None = None) -> int:
-    """Requests in a trace file, every row checked on the way, in memory for one chunk at a time."""
-    return sum(len(chunk) for chunk in iter_trace(path, fmt))
+def count_trace(path: str | Path, fmt: str | None = None, left_out: dict[str, np.ndarray] | None = None) -> int:
+    """Requests in a trace file, every row checked on the way, in memory for one chunk at a time
+    (`left_out`, if given, is filled as `iter_trace` fills it)."""
+    return sum(len(chunk) for chunk in iter_trace(path, fmt, left_out=left_out))
 
 
 def detect_format(path: str | Path) -> str:
@@ -95,7 +100,8 @@ def detect_format(path: str | Path) -> str:
 
 def save_trace(trace: Trace, path: str | Path) -> Path:
     """Write `trace` as a project-format CSV (written to a temporary file, then renamed, so a
-    crash never leaves half a trace behind). Arrival times keep full float64 precision."""
+    crash never leaves half a trace behind), refusing one `load_trace` would refuse. Arrival
+    times keep full float64 precision."""
     _check_writable(trace)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,9 +113,8 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
         columns["priority"] = trace.priority
     if trace.block_hashes is not None:
         columns["block_hashes"] = [" ".join(map(str, hashes)) for hashes in trace.block_hashes]
-    tmp = path.with_name(path.name + ".tmp")
-    pd.DataFrame(columns).to_csv(tmp, index=False, lineterminator="\n")
-    tmp.replace(path)
+    with atomic_open(path, "w", encoding="utf-8", newline="") as f:
+        pd.DataFrame(columns).to_csv(f, index=False, lineterminator="\n")
     return path
 
 
@@ -196,6 +201,9 @@ def _check_writable(trace: Trace) -> None:
         raise ValueError(f"{where} has no requests")
     if not np.all(np.isfinite(trace.arrival_s)) or trace.arrival_s.min() < 0:
         raise ValueError(f"{where}: arrival times must be finite and non-negative")
+    if trace.arrival_s.max() > MAX_ARRIVAL_S:
+        raise ValueError(f"{where}: an arrival at {trace.arrival_s.max():.6g} s is past {MAX_ARRIVAL_S:g} s (about "
+                         "3.2 years), the longest trace the loader reads; nothing written")
     if np.any(np.diff(trace.arrival_s) < 0):
         raise ValueError(f"{where}: arrival times must be non-decreasing")
     if trace.prompt_tokens.min() < 1 or trace.output_tokens.min() < 1:

@@ -14,6 +14,10 @@ import numpy as np
 # 15 ns there, so a token time never rounds into its neighbour.
 MAX_ARRIVAL_S = 1e8
 
+# What a converter leaves out of a public file, by its key in `Trace.notes` and its reason in words.
+LEFT_OUT_REASONS = {"dropped_failed": "failed: zero output tokens", "dropped_zero_output": "zero output tokens",
+                    "dropped_zero_prompt": "zero prompt tokens"}
+
 
 def concat(chunks: list["Trace"], name: str) -> "Trace":
     """Consecutive chunks of one trace (as `traces.io.iter_trace` reads them) as one Trace."""
@@ -50,6 +54,8 @@ class Trace:
     name: where it came from, for messages and reports.
     notes: counts of what loading changed, for reports (e.g. {"dropped_failed": 12,
         "out_of_order": 3} from a public-format converter); empty for generated traces.
+    left_out: the rows of the file the loader left out, by reason (LEFT_OUT_REASONS' words):
+        their line numbers, ascending (int64); empty when every row is a request here.
     """
 
     arrival_s: np.ndarray
@@ -60,6 +66,7 @@ class Trace:
     block_hashes: list[list[int]] | None = None
     name: str = "trace"
     notes: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
