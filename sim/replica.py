@@ -71,7 +71,7 @@ class DecodeRun:
     def __init__(self, plan: ScheduledPass, start: float, k: int, a: float, b: float, heat: HeatState | None):
         self.plan, self.start, self.k, self.a, self.b = plan, start, k, a, b
         self.ends: list[float] | None = None  # with heat: when each pass ends, as stepping adds them up
-        self.levels: list[tuple[float, float]] = []  # with heat: (level, at) after each pass
+        self.levels: list[float] = []  # with heat: the level as each pass ends
         self.u = 0.0  # the passes' load (sim.heat)
         if heat is None:
             return
@@ -80,15 +80,30 @@ class DecodeRun:
         self.u = u
         if not kappa or not (u or heat.value(start)):  # every pass takes its rested time
             return
-        probe = HeatState(model)
-        probe.level, probe.at = heat.level, heat.at
         t, ends, levels = start, [], []
-        for j in range(k):
-            duration = probe.slowed(t, a + b * j, u, kappa)
-            probe.passed(t, duration, u)
-            t += duration
-            ends.append(t)
-            levels.append((probe.level, probe.at))
+        if u or not model.tau_s:  # (a decode pass puts no load on the card: never, but priced the same way)
+            probe = HeatState(model)
+            probe.level, probe.at = heat.level, heat.at
+            for j in range(k):
+                duration = probe.slowed(t, a + b * j, u, kappa)
+                probe.passed(t, duration, u)
+                t += duration
+                ends.append(t)
+                levels.append(probe.level)
+        else:  # HeatState.slowed then .passed with u = 0, written out: the same arithmetic, faster
+            tau, exp = model.tau_s, math.exp
+            h = heat.value(start)
+            for j in range(k):
+                rested = a + b * j
+                if 1.0 + kappa * h == 1.0:  # no slow-down left in floating point, here or after
+                    duration = rested
+                else:
+                    duration = rested * (1.0 + kappa * (h * (tau / rested * (1.0 - exp(-rested / tau)))))
+                    duration = rested * (1.0 + kappa * (h * (tau / duration * (1.0 - exp(-duration / tau)))))
+                h = h * exp(-duration / tau)
+                t += duration
+                ends.append(t)
+                levels.append(h)
         self.ends, self.levels = ends, levels
 
     def end(self, j: int) -> float:
@@ -117,7 +132,16 @@ class DecodeRun:
         if self.ends is None:
             heat.passed(self.start, now - self.start, self.u)
         else:
-            heat.level, heat.at = self.levels[self.k - 1]
+            heat.level, heat.at = self.levels[self.k - 1], self.ends[self.k - 1]
+
+
+def settle_s(replicas: list["Replica"], now: float) -> float | None:
+    """How long news at `now` waits before a router reads these replicas (None: not at all):
+    until every pass in flight that ends within TIE_S of it has ended, its end handled. Stepping (durations added one by one) and fast-forward
+    (boundaries in closed form) round such a boundary to either side of `now`; news on a
+    boundary comes after it, as the replica loop takes it, so both show the same state."""
+    ends = [t for t in (r.ends_within_tie(now) for r in replicas) if t is not None]
+    return max(ends) - now if ends else None
 
 
 @dataclass(frozen=True)
@@ -172,6 +196,7 @@ class Replica:
         self.in_flight = False  # the engine has a pass in flight when it plans the next (else: host delay)
         self.woke = False  # the replica slept for lack of work since its last pass
         self.busy = False  # a pass (or a run of passes) is in flight
+        self.busy_until: float | None = None  # when the pass (or run) in flight ends
         # overlap: (request, when it reached this replica) for those that came during a pass, not yet
         # seen by the scheduler (a request handed over by a prefill replica reaches it after its arrival)
         self.deferred: list[tuple[Sequence, float]] = []
@@ -240,6 +265,12 @@ class Replica:
         bs = kv.block_size
         return used + sum(max(0, blocks_for(c + j, bs) - len(s.block_table))
                           for s, c in zip(self.run.plan.seqs, self.run.plan.context_lens))
+
+    def ends_within_tie(self, now: float) -> float | None:
+        """When the pass (or run) in flight ends, if that is within TIE_S after `now`: what this
+        replica shows a router then is what it shows once that pass is done (see `settle_s`)."""
+        end = self.busy_until
+        return end if end is not None and now <= end <= now + TIE_S else None
 
     # ------------------------------------------------------------------ the loop
 
@@ -321,7 +352,9 @@ class Replica:
             self.heat.passed(start, duration, u)
         if plan.swap_out or plan.swap_in:
             duration += self.swap_link.seconds(plan)
+        self.busy_until = start + duration
         yield env.timeout(duration)
+        self.busy_until = None
         self.last_start = start
         self.num_steps += 1
         if self.pass_log is not None:
@@ -351,18 +384,25 @@ class Replica:
         start = env.now
         self.run = run
         self.interruptible = True
+        self.busy_until = run.end(run.k)
+        host_free_at = self.host_free_at
         try:
             yield env.timeout(run.end(run.k) - start)
         except simpy.Interrupt:
             # the news joins at the next boundary; with overlap the pass after it is planned already,
-            # unless the news came as the run began (the plan of its second pass sees it)
-            run.k = min(run.k, run.started(env.now) + (self.overlap and env.now - start > TIE_S))
-            end = run.end(run.k)
+            # unless that plan still saw it (it came as the pass began, or within the host's retire_s)
+            j = run.started(env.now)
+            if self.overlap and env.now > self.seen_by_plan(run, j, host_free_at) + TIE_S:
+                j += 1
+            run.k = min(run.k, j)
+            end = self.busy_until = run.end(run.k)
             if end > env.now:
                 yield env.timeout(end - env.now)
         self.interruptible = False
-        self.run = None
+        self.run = self.busy_until = None
         k = run.k
+        if self.host is not None and k > 1:  # as planning each of the run's passes would have left it
+            self.host_free_at = self.seen_by_plan(run, k - 1, host_free_at) + self.host.launch_time(plan)
         if self.heat is not None:
             run.heat_after(self.heat, env.now)
         self.last_start = run.end(k - 1)
@@ -382,6 +422,18 @@ class Replica:
         left = apply_passes(self.scheduler, plan, k, run.end(1), env.now, times)
         if left:
             self.leave(left)
+
+    def seen_by_plan(self, run: DecodeRun, j: int, host_free_at: float) -> float:
+        """With overlap: the latest arrival the plan made at the end of the run's pass j (from 1)
+        sees, as the loop computes it pass by pass (`host_free_at`: as the run's first pass was
+        planned)."""
+        if self.host is None:
+            return run.end(j - 1)
+        retire, launch = self.host.retire_s, self.host.launch_time(run.plan)
+        for i in range(1, j + 1):
+            seen = min(run.end(i), max(run.end(i - 1), host_free_at) + retire)
+            host_free_at = seen + launch
+        return seen
 
     def leave(self, seqs: list[Sequence]) -> None:
         if seqs and self.on_leave is not None:
