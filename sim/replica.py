@@ -34,6 +34,7 @@ from sim.host import HostTime
 # arriving at it, however the float rounding of the boundary went (stepping adds durations one by
 # one, fast-forward computes a run's boundaries in closed form).
 TIE_S = 1e-9
+PRICED_AHEAD = 32  # passes of a heated decode run priced at a time (sim.replica.DecodeRun)
 
 
 def run_time(a: float, b: float, k: int) -> float:
@@ -65,13 +66,14 @@ class DecodeRun:
     Without heat (or with none left to slow them) a pass takes its rested time and the run's
     boundaries are in closed form. With heat, each pass's slow-down depends on the level at its
     start, which decays over the run: the passes are priced one by one as stepping prices them
-    (`HeatState.slowed`, then `passed`), into a table of their end times and the level after each.
+    (`HeatState.slowed`, then `passed`), into a table of their end times and the level after each,
+    PRICED_AHEAD passes at a time as the run reaches them (news often cuts a run short).
     """
 
     def __init__(self, plan: ScheduledPass, start: float, k: int, a: float, b: float, heat: HeatState | None):
         self.plan, self.start, self.k, self.a, self.b = plan, start, k, a, b
-        self.ends: list[float] | None = None  # with heat: when each pass ends, as stepping adds them up
-        self.levels: list[float] = []  # with heat: the level as each pass ends
+        self.ends: list[float] | None = None  # with heat: when each pass priced so far ends, as stepping adds them up
+        self.levels: list[float] = []  # with heat: the level as each of those passes ends
         self.u = 0.0  # the passes' load (sim.heat)
         if heat is None:
             return
@@ -80,36 +82,57 @@ class DecodeRun:
         self.u = u
         if not kappa or not (u or heat.value(start)):  # every pass takes its rested time
             return
-        t, ends, levels = start, [], []
+        self.ends, self.kappa, self.probe_tau = [], kappa, model.tau_s
         if u or not model.tau_s:  # (a decode pass puts no load on the card: never, but priced the same way)
-            probe = HeatState(model)
-            probe.level, probe.at = heat.level, heat.at
-            for j in range(k):
+            self.probe = HeatState(model)
+            self.probe.level, self.probe.at = heat.level, heat.at
+        else:
+            self.probe, self.level = None, heat.value(start)
+
+    def price(self, m: int) -> None:
+        """Price the passes up to the m-th (of k) into the table."""
+        ends, levels, a, b, kappa = self.ends, self.levels, self.a, self.b, self.kappa
+        t = ends[-1] if ends else self.start
+        m = min(m, self.k)
+        if self.probe is not None:
+            probe, u = self.probe, self.u
+            for j in range(len(ends), m):
                 duration = probe.slowed(t, a + b * j, u, kappa)
                 probe.passed(t, duration, u)
                 t += duration
                 ends.append(t)
                 levels.append(probe.level)
-        else:  # HeatState.slowed then .passed with u = 0, written out: the same arithmetic, faster
-            tau, exp = model.tau_s, math.exp
-            h = heat.value(start)
-            for j in range(k):
-                rested = a + b * j
-                if 1.0 + kappa * h == 1.0:  # no slow-down left in floating point, here or after
-                    duration = rested
-                else:
-                    duration = rested * (1.0 + kappa * (h * (tau / rested * (1.0 - exp(-rested / tau)))))
-                    duration = rested * (1.0 + kappa * (h * (tau / duration * (1.0 - exp(-duration / tau)))))
-                h = h * exp(-duration / tau)
-                t += duration
-                ends.append(t)
-                levels.append(h)
-        self.ends, self.levels = ends, levels
+            return
+        # HeatState.slowed then .passed with u = 0, written out: the same arithmetic, faster
+        tau, exp, h = self.probe_tau, math.exp, self.level
+        for j in range(len(ends), m):
+            rested = a + b * j
+            if 1.0 + kappa * h == 1.0:  # no slow-down left in floating point, here or after
+                duration = rested
+            else:
+                duration = rested * (1.0 + kappa * (h * (tau / rested * (1.0 - exp(-rested / tau)))))
+                duration = rested * (1.0 + kappa * (h * (tau / duration * (1.0 - exp(-duration / tau)))))
+            h = h * exp(-duration / tau)
+            t += duration
+            ends.append(t)
+            levels.append(h)
+        self.level = h
+
+    def next_stop(self) -> int:
+        """The pass at whose end the run next wakes: its last, or (with heat) the last of the passes
+        priced next."""
+        if self.ends is None:
+            return self.k
+        m = min(self.k, len(self.ends) + PRICED_AHEAD)
+        self.price(m)
+        return m
 
     def end(self, j: int) -> float:
         """When the first j passes have ended (j = 0: the start)."""
         if self.ends is None:
             return self.start + run_time(self.a, self.b, j)
+        if j > len(self.ends):
+            self.price(j)
         return self.ends[j - 1] if j else self.start
 
     def duration(self, j: int) -> float:
@@ -122,7 +145,9 @@ class DecodeRun:
         """How many passes have started by `now` (as `passes_started`)."""
         if self.ends is None:
             return passes_started(self.a, self.b, now - self.start, self.k)
-        j = bisect_right(self.ends, now, 0, self.k)  # passes ended by now
+        while len(self.ends) < self.k and (not self.ends or self.ends[-1] < now):  # price up to now
+            self.price(len(self.ends) + PRICED_AHEAD)
+        j = bisect_right(self.ends, now)  # passes ended by now
         if self.end(j) < now - TIE_S:
             j += 1
         return min(self.k, max(1, j))
@@ -384,10 +409,15 @@ class Replica:
         start = env.now
         self.run = run
         self.interruptible = True
-        self.busy_until = run.end(run.k)
         host_free_at = self.host_free_at
         try:
-            yield env.timeout(run.end(run.k) - start)
+            while True:
+                m = run.next_stop()
+                if m == run.k:
+                    self.busy_until = run.end(m)
+                yield env.timeout(run.end(m) - env.now)
+                if m == run.k:
+                    break
         except simpy.Interrupt:
             # the news joins at the next boundary; with overlap the pass after it is planned already,
             # unless that plan still saw it (it came as the pass began, or within the host's retire_s)
@@ -401,7 +431,7 @@ class Replica:
         self.interruptible = False
         self.run = self.busy_until = None
         k = run.k
-        if self.host is not None and k > 1:  # as planning each of the run's passes would have left it
+        if self.overlap and self.host is not None and k > 1:  # as planning each of its passes would have left it
             self.host_free_at = self.seen_by_plan(run, k - 1, host_free_at) + self.host.launch_time(plan)
         if self.heat is not None:
             run.heat_after(self.heat, env.now)
