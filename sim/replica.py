@@ -8,9 +8,10 @@ running sequence decodes, nothing admitted or preempted), the scheduler says how
 can repeat before a sequence finishes or the cache runs short, and the cost model says pass j
 takes a + b*j seconds, so k passes take k*a + b*k*(k-1)/2. Where heat (`sim.heat`) slows them,
 each pass's slow-down follows the level at its start, which decays over the run: the run's
-passes are then priced one by one as stepping prices them (`DecodeRun`), still in one step. An arrival (or freed memory)
-during such a run interrupts it: the replica finishes the pass in flight and plans again, at
-the same pass boundary where it would have planned had it gone pass by pass.
+passes are then priced one by one as stepping prices them (`DecodeRun`), still in one step.
+An arrival (or freed memory) during such a run interrupts it: the replica finishes the pass in
+flight and plans again, at the same pass boundary where it would have planned had it gone pass
+by pass (with overlap, the boundary whose plan, made while the pass before ran, saw it).
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ class DecodeRun:
         self.u = u
         if not kappa or not (u or heat.value(start)):  # every pass takes its rested time
             return
-        self.ends, self.kappa, self.probe_tau = [], kappa, model.tau_s
+        self.ends, self.kappa, self.tau = [], kappa, model.tau_s
         if u or not model.tau_s:  # (a decode pass puts no load on the card: never, but priced the same way)
             self.probe = HeatState(model)
             self.probe.level, self.probe.at = heat.level, heat.at
@@ -104,7 +105,7 @@ class DecodeRun:
                 levels.append(probe.level)
             return
         # HeatState.slowed then .passed with u = 0, written out: the same arithmetic, faster
-        tau, exp, h = self.probe_tau, math.exp, self.level
+        tau, exp, h = self.tau, math.exp, self.level
         for j in range(len(ends), m):
             rested = a + b * j
             if 1.0 + kappa * h == 1.0:  # no slow-down left in floating point, here or after
@@ -162,9 +163,10 @@ class DecodeRun:
 
 def settle_s(replicas: list["Replica"], now: float) -> float | None:
     """How long news at `now` waits before a router reads these replicas (None: not at all):
-    until every pass in flight that ends within TIE_S of it has ended, its end handled. Stepping (durations added one by one) and fast-forward
-    (boundaries in closed form) round such a boundary to either side of `now`; news on a
-    boundary comes after it, as the replica loop takes it, so both show the same state."""
+    until every pass in flight that ends within TIE_S of it has ended, its end handled. Stepping
+    (durations added one by one) and fast-forward (boundaries in closed form) round such a
+    boundary to either side of `now`; news on a boundary comes after it, as the replica loop
+    takes it, so both show a router the same state."""
     ends = [t for t in (r.ends_within_tie(now) for r in replicas) if t is not None]
     return max(ends) - now if ends else None
 
@@ -406,7 +408,6 @@ class Replica:
     def decode_passes(self, plan: ScheduledPass, run: "DecodeRun"):
         """A run of decode passes in one step, cut short at the first pass boundary after news."""
         env = self.env
-        start = env.now
         self.run = run
         self.interruptible = True
         host_free_at = self.host_free_at

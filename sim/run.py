@@ -89,7 +89,7 @@ def arrivals(env: simpy.Environment, chunks: Iterable[Trace], cluster: Cluster, 
                 now = env.now
                 if t > now:
                     yield env.timeout(t - now)
-                wait = cluster.settle_s(env.now)
+                wait = cluster.settle_s(env.now)  # a pass ending within a rounding of it ends first
                 if wait is not None:
                     yield env.timeout(wait)
                 cluster.submit(Sequence(ids[i], t, prompt[i], output[i], priority[i] if priority else 0,
