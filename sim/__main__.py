@@ -62,7 +62,8 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
         p.add_argument(flag, type=kind, default=f.default, choices=choices, required=f.name == "trace",
                        help=text)
     p.add_argument("--no-fast-forward", dest="fast_forward", action="store_false",
-                   help="step every pass (same results, slower)")
+                   help="step every pass (slower): fast-forward gives the same results, to float rounding, "
+                        "under every option (heat, host time, --overlap, --disaggregate, every router)")
     p.add_argument("--replications", type=int, default=1,
                    help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two, --noise)")
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",

@@ -12,7 +12,7 @@ import simpy
 
 from core.routers import RoundRobin
 from core.scheduler import Sequence
-from sim.replica import Replica
+from sim.replica import Replica, settle_s
 
 
 class Cluster:
@@ -25,6 +25,11 @@ class Cluster:
         self.done = sink
         for r in replicas:
             r.on_leave = self.leave
+
+    def settle_s(self, now: float) -> float | None:
+        """How long an arrival at `now` waits so that the router reads the replicas after any pass
+        ending within a float rounding of it (`sim.replica.settle_s`)."""
+        return settle_s(self.replicas, now)
 
     def submit(self, seq: Sequence) -> None:
         """An arriving request goes to the replica the router picks, which queues it or
@@ -82,6 +87,9 @@ class DisaggregatedCluster(Cluster):
         yield self.env.timeout(self.link_latency_s + seq.num_computed * self.kv_bytes_per_token / self.link_bytes_per_s)
         source.scheduler.release(seq)
         source.notify()
+        wait = settle_s(self.decode, self.env.now)
+        if wait is not None:
+            yield self.env.timeout(wait)
         target = self.decode_router.pick(self.decode, seq)
         seq.replica = target.index
         target.add(seq)

@@ -89,6 +89,9 @@ def arrivals(env: simpy.Environment, chunks: Iterable[Trace], cluster: Cluster, 
                 now = env.now
                 if t > now:
                     yield env.timeout(t - now)
+                wait = cluster.settle_s(env.now)  # a pass ending within a rounding of it ends first
+                if wait is not None:
+                    yield env.timeout(wait)
                 cluster.submit(Sequence(ids[i], t, prompt[i], output[i], priority[i] if priority else 0,
                                         hashes[i] if hashes else None, keep_token_times, first + i))
             pulled[0] = index + hi
