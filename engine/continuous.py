@@ -294,6 +294,10 @@ class PassClock:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on this clock (the host's: a test's clock may advance without waiting)."""
+        time.sleep(seconds)
+
     def mark(self):
         return self.events.record() if self.cuda else self.now()
 
@@ -471,7 +475,7 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
                 while_waiting(lambda: wait_until - clock.now() > 0.002)
             pause = wait_until - clock.now()
             if pause > 0:
-                time.sleep(min(pause, 0.0005) if pause < 0.002 else pause - 0.001)
+                clock.sleep(min(pause, 0.0005) if pause < 0.002 else pause - 0.001)
         interrupted = False
     except KeyboardInterrupt:
         interrupted = True
