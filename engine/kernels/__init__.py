@@ -16,7 +16,10 @@ NO_TRITON = "triton is not installed: the engine runs its eager kernels (slower;
 @functools.cache
 def triton_available() -> bool:
     """Whether triton can be imported (it is absent from PyTorch's CPU build)."""
-    return importlib.util.find_spec("triton") is not None
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):  # blocked or half-installed: as good as absent
+        return False
 
 
 @functools.cache
