@@ -71,6 +71,7 @@ def sweep_main(argv: list[str]) -> int:
         from calibrate.sweep import (MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes, mixture_shapes,
                                      run_sweep)
         from engine.continuous import ModelRunner
+        from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
         from engine.provenance import provenance, resolve_device
         from engine.weights import load_model, parse_dtype
@@ -78,7 +79,7 @@ def sweep_main(argv: list[str]) -> int:
         device = resolve_device(args.device)
         gpu = device.type == "cuda"
         dtype = parse_dtype(args.dtype)
-        kernels = args.kernels or ("triton" if gpu else "eager")
+        kernels = choose_kernels(args.kernels or ("triton" if gpu else "eager"))
         graphs = args.graphs == "on" or (args.graphs == "auto" and gpu and kernels == "triton")
         max_batch = args.max_batch or (1024 if gpu else 8)
         max_context = args.max_context or (16384 if gpu else 256)
@@ -153,6 +154,7 @@ def heat_main(argv: list[str]) -> int:
         from calibrate.response import CPU_SHAPES, measure, segments, telemetry
         from calibrate.sweep import blocks_needed, run_sweep
         from engine.continuous import ModelRunner
+        from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
         from engine.provenance import provenance, resolve_device
         from engine.weights import load_model, parse_dtype
@@ -165,7 +167,8 @@ def heat_main(argv: list[str]) -> int:
         plan = segments() if gpu else segments(0.02, **CPU_SHAPES)  # a CPU run is a smoke run: short, small
         shapes = sorted({s for _, seg in plan for s in seg}, key=lambda s: s.group)
         cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, parse_dtype(args.dtype), device)
-        runner = ModelRunner(model, cache, max(len(s.seqs) for s in shapes), "triton" if gpu else "eager", graphs=gpu)
+        kernels = choose_kernels("triton" if gpu else "eager")
+        runner = ModelRunner(model, cache, max(len(s.seqs) for s in shapes), kernels, graphs=kernels == "triton" and gpu)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -437,16 +440,15 @@ def calibration_name(text: str) -> str:
 
 def engine_slicing() -> dict:
     """How the engine's decode attention slices contexts (for a sweep that did not record it)."""
-    from engine.kernels.attention import PagedDecodeAttention
-    a = PagedDecodeAttention
-    return {"kv_heads": 2, "fills_gpu": a.FILLS_GPU, "block_n": 64, "small": list(a.SLICES[False]),
-            "big": list(a.SLICES[True])}
+    from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
+    return {"kv_heads": 2, "fills_gpu": FILLS_GPU, "block_n": 64, "small": list(DECODE_SLICES[False]),
+            "big": list(DECODE_SLICES[True])}
 
 
 def engine_chunk_tiles(model) -> dict:
     """The query tokens of one chunk-attention tile (for a sweep that did not record it): the
     engine's tile rows over the query heads sharing a KV head."""
-    from engine.kernels.prefill_attention import chunk_tile
+    from engine.kernels.tiles import chunk_tile
     group = model.num_attention_heads // model.num_key_value_heads
     return {"tile_tokens": chunk_tile(group) // group}
 

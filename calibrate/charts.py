@@ -7,6 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.fit import group_of
+from core.atomic import write_text
+from sim.html import chart_page
 
 
 def residual_charts(passes, predicted, split, out: Path, name: str) -> list[Path]:
@@ -36,6 +38,6 @@ def residual_charts(passes, predicted, split, out: Path, name: str) -> list[Path
              | scatter.properties(width=260, height=220, title="all passes")).properties(
         title=f"{name}: the cost model against the timed passes (held-out: shapes the fit did not see)")
     paths = [out / f"{name}-residuals.html", out / f"{name}-residuals.png"]
-    chart.save(str(paths[0]))
+    write_text(paths[0], chart_page(chart, f"{name}: residuals"))
     chart.save(str(paths[1]), ppi=100)
     return paths

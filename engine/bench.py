@@ -28,6 +28,7 @@ from core.metrics import compute_metrics
 from core.roofline import GIB, GPUS, get_gpu, roofline
 from core.runstore import RunStore
 from engine.engines import ENGINES, Generation, check_fits, generate
+from engine.kernels import choose_kernels
 from engine.prompts import PROMPT_LENGTHS, batch_prompts, longest_prompt, parse_prompts
 from engine.provenance import device_memory, provenance, resolve_device
 from engine.weights import load_model, parse_dtype
@@ -83,7 +84,7 @@ class Setup:
             blocks = self.max_batch * -(-self.max_tokens // 16)
             cache = PagedKVCache(self.model.config, blocks, 16, self.model.embed_tokens.weight.dtype, device)
             gpu = device.type == "cuda"
-            self.runner = ModelRunner(self.model, cache, self.max_batch, "triton" if gpu else "eager",
+            self.runner = ModelRunner(self.model, cache, self.max_batch, choose_kernels("triton" if gpu else "eager"),
                                       graphs=gpu and self.decoder_factory is not None)
         return self.runner
 
@@ -276,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             "device": device.type, **provenance(device)}
     dtype_bytes = torch.finfo(dtype).bits // 8
     weight_bytes = model.config.weight_bytes_read_per_pass(dtype_bytes)
-    use_graphs = args.graphs == "on" or (args.graphs == "auto" and device.type == "cuda")
+    use_graphs = (args.graphs == "on" or (args.graphs == "auto" and device.type == "cuda")) and \
+        choose_kernels("triton") == "triton"  # the graph decoder runs the triton kernels
     if device.type == "cuda":
         free_gib = torch.cuda.mem_get_info(device)[0] / GIB
         gpu_spec = get_gpu(args.gpu_spec or ("h200" if "H200" in meta["gpu"] else "a10"))

@@ -32,10 +32,11 @@ import torch
 
 from core.records import PassRecord, RequestRecord, pass_kind
 from core.scheduler import ScheduledPass, Scheduler, Sequence
+from engine.buckets import graph_buckets  # noqa: F401 (the buckets' rule, read by the sweep)
 from engine.host_buffers import Downloads, EventPool, Uploads
+from engine.kernels import choose_kernels
 from engine.model import Qwen2
 from engine.paged import Batch, PagedKVCache, forward_eager
-from engine.paged_fast import PagedFastPath, graph_buckets  # noqa: F401 (graph_buckets: the buckets' rule)
 
 
 @dataclass
@@ -141,12 +142,16 @@ class ModelRunner:
         self.cuda = self.device.type == "cuda"
         if kernels not in ("triton", "eager"):
             raise ValueError(f"--kernels: unknown kernels {kernels!r}; choose triton or eager")
+        chosen = choose_kernels(kernels)
+        graphs = graphs and chosen == kernels  # no triton: no CUDA graphs either
+        kernels = chosen
         if graphs and (not self.cuda or kernels != "triton"):
             raise ValueError("CUDA graphs need a CUDA device and the triton kernels")
         self.kernels, self.graphs = kernels, graphs
         self.max_num_seqs = max_num_seqs
         self.fast = None
         if kernels == "triton":
+            from engine.paged_fast import PagedFastPath  # imports triton
             self.fast = PagedFastPath(model, cache, max_num_seqs, graphs, b1_tiles, static_decode)
         self.buckets = self.fast.buckets if graphs else []
         self.clock = PassClock(self.device)
@@ -288,6 +293,10 @@ class PassClock:
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on this clock (the host's: a test's clock may advance without waiting)."""
+        time.sleep(seconds)
 
     def mark(self):
         return self.events.record() if self.cuda else self.now()
@@ -466,7 +475,7 @@ def serve(requests, scheduler: Scheduler, runner: ModelRunner, *, run_id: str = 
                 while_waiting(lambda: wait_until - clock.now() > 0.002)
             pause = wait_until - clock.now()
             if pause > 0:
-                time.sleep(min(pause, 0.0005) if pause < 0.002 else pause - 0.001)
+                clock.sleep(min(pause, 0.0005) if pause < 0.002 else pause - 0.001)
         interrupted = False
     except KeyboardInterrupt:
         interrupted = True

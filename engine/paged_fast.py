@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from engine.buckets import PREFILL_GRAPH_TOKENS, bucket_of, graph_buckets, powers_of_two  # noqa: F401 (re-exported)
 from engine.cuda_graphs import _Graph
 from engine.fast_path import FastPath
 from engine.host_buffers import Uploads
@@ -28,28 +29,6 @@ from engine.kernels.pdl import pdl_available
 from engine.kernels.prefill_attention import chunk_attention
 from engine.model import Qwen2
 from engine.paged import Batch, PagedKVCache
-
-
-def graph_buckets(max_batch: int) -> list[int]:
-    """Padded decode batch sizes a CUDA graph is captured for: 1, 2, 4, then every multiple of
-    8 up to `max_batch` (vLLM's buckets), and `max_batch` itself."""
-    sizes = [b for b in (1, 2, 4) if b < max_batch] + list(range(8, max_batch, 8)) + [max_batch]
-    return sorted(set(sizes))
-
-
-def powers_of_two(low: int, high: int) -> list[int]:
-    """low, 2 low, 4 low, ... up to the first that reaches high."""
-    out = [low]
-    while out[-1] < high:
-        out.append(out[-1] * 2)
-    return out
-
-
-def bucket_of(n: int, buckets: list[int]) -> int:
-    return next(b for b in buckets if b >= n)
-
-
-PREFILL_GRAPH_TOKENS = 8192  # prefill and mixed passes of more tokens launch kernel by kernel (GPU-bound anyway)
 
 
 class PagedFastPath:

@@ -37,6 +37,7 @@ from core.routers import ROUTERS
 from core.runstore import OpenRunWriter, RunStore
 from core.scheduler import ORDERS, POLICIES, make_scheduler
 from engine.continuous import ModelRunner, Request, serve
+from engine.kernels import choose_kernels
 from engine.paged import PagedKVCache
 from engine.prompts import _source_ids
 from engine.provenance import device_memory, provenance, resolve_device
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(args.device)
         dtype = parse_dtype(args.dtype)
         slos = parse_goodput(args.goodput)
-        kernels = args.kernels or ("triton" if device.type == "cuda" else "eager")
+        kernels = choose_kernels(args.kernels or ("triton" if device.type == "cuda" else "eager"))
         graphs = args.graphs == "on" or (args.graphs == "auto" and device.type == "cuda" and kernels == "triton")
         if graphs and device.type != "cuda":
             raise ValueError("--graphs on: CUDA graphs need a CUDA device")

@@ -33,6 +33,7 @@ import numpy as np
 from core.metrics import compute_metrics, parse_goodput
 from core.records import PassRecord, RequestRecord, read_pass_records
 from core.runstore import RunStore
+from sim.html import chart_page
 from sim.output import read_requests
 
 MAX_CDF_POINTS = 2000   # per curve; a longer run is drawn at this many evenly spaced ranks
@@ -418,7 +419,6 @@ def add_plot_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from sim.compare import save
     from sim.output import atomic_dir, check_out_dir
 
     try:
@@ -444,6 +444,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         charts["sweep"] = sweep_chart(read_sweep(sweep_dir), slos, str(sweep_dir))
     with atomic_dir(args.out) as tmp:
         for name, chart in charts.items():
-            save(chart, tmp / name)
+            (tmp / f"{name}.html").write_text(chart_page(chart, f"{name}: {', '.join(map(str, args.dirs))}"))
+            chart.save(str(tmp / f"{name}.png"), ppi=96)
     print("written " + ", ".join(f"{args.out / name}.png" for name in charts) + " (and .html beside each)")
     return 0

@@ -3,6 +3,7 @@ import pytest
 pytest.importorskip("torch", reason="the engine's tests need the engine extra (torch)")
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -171,10 +172,13 @@ def test_a_mix_batch_holds_the_five_prompts_in_turn():
 def test_continuous_runs_record_how_long_the_gpu_idled_before_them(tmp_path):
     """A closed run's first pass waits on a GPU idle since the run before it (a rest the engine's
     host spends writing records): each recorded row says how long, from the pass logs' clocks."""
+    began = time.perf_counter()
     assert bench.main(ARGS + ["--engine", "continuous", "--prompts", "p16,p64", "--out", str(tmp_path)]) == 0
+    whole_s = time.perf_counter() - began
     store = RunStore(tmp_path / "continuous-closed")
     runs = store.rows()
     assert [(r["prompt"], r["run"]) for r in runs] == [("p16", 0), ("p16", 1), ("p64", 0), ("p64", 1)]
     idles = [r["idle_before_s"] for r in runs]
-    # a recorded run follows a warm-up or a run: always one before it, never overlapping it
-    assert all(0 <= idle < 5 for idle in idles), idles
+    # a recorded run follows a warm-up or a run: always one before it, never overlapping it, and
+    # within the command's own time (not a fixed bound: a busy machine idles longer)
+    assert all(0 <= idle < whole_s for idle in idles), (idles, whole_s)

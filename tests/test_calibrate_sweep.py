@@ -38,7 +38,7 @@ def test_the_grid_has_batches_like_served_workloads():
 
 
 def test_the_grid_has_prompt_passes_a_cuda_graph_runs_padded():
-    from engine.paged_fast import PREFILL_GRAPH_TOKENS, powers_of_two
+    from engine.buckets import PREFILL_GRAPH_TOKENS, powers_of_two
     buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)  # the prefill graphs' token counts
     padded = [s for s in default_shapes(1024, 16384) if s.group.startswith("prompts seed")
               and sum(n for _, n in s.seqs) <= buckets[-1] and sum(n for _, n in s.seqs) not in buckets]

@@ -7,7 +7,7 @@ import torch  # noqa: E402
 
 from core.kv import BlockPool  # noqa: E402
 from core.scheduler import ChunkedPrefill, ContinuousBatching, DecodePriority, StaticBatching  # noqa: E402
-from engine.continuous import ModelRunner, Request, graph_buckets, serve  # noqa: E402
+from engine.continuous import ModelRunner, PassClock, Request, graph_buckets, serve  # noqa: E402
 from engine.engines import generate  # noqa: E402
 from engine.paged import PagedKVCache  # noqa: E402
 from engine.weights import build_random  # noqa: E402
@@ -34,10 +34,31 @@ def reference(model):
             for r in requests(10)}
 
 
+class SteppedClock(PassClock):
+    """A CPU run's clock that the engine drives: each reading is 0.1 ms after the last, and a
+    sleep moves it on without waiting, so timed arrivals behave the same on any machine."""
+
+    def __init__(self):
+        super().__init__(torch.device("cpu"))
+        self.t = 0.0
+
+    def zero(self, at=None):
+        self.t = 0.0
+
+    def now(self):
+        self.t += 1e-4
+        return self.t
+
+    def sleep(self, seconds):
+        self.t += seconds
+
+
 def run(model, scheduler, num_blocks, reqs=None, **kw):
     cache = PagedKVCache(model.config, num_blocks, BLOCK, torch.float32, "cpu")
     runner = ModelRunner(model, cache, max_num_seqs=16, kernels=kw.pop("kernels", "eager"))
     realtime = any(r.arrival_s for r in reqs or ())
+    if realtime:
+        runner.clock = SteppedClock()
     return serve(reqs or requests(), scheduler, runner, realtime=realtime, **kw)
 
 
@@ -66,7 +87,7 @@ def test_every_policy_gives_each_request_the_cached_engines_tokens(model, refere
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "sync"])
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
 def test_each_request_records_when_it_was_taken_in_and_when_its_first_pass_started(model, policy, overlap):
-    """Requests 20 ms apart in real time: each is taken in at or after its arrival and before its
+    """Requests 20 ms apart (on a clock the engine drives): each is taken in at or after its arrival and before its
     first pass starts; that start is a logged pass's start (with whole prompts, that of the pass
     that ends at its first token)."""
     res = run(model, POLICIES[policy](BlockPool(200, BLOCK)), 200, reqs=requests(5, gap=0.02), overlap=overlap)
@@ -154,7 +175,7 @@ def test_uploaded_index_arrays_each_start_16_bytes_aligned(dtype):
 
 
 def test_records_are_written_while_the_engine_waits_for_arrivals(model, tmp_path):
-    """Requests 60 ms apart: between them the engine is idle, and the records of the requests
+    """Requests 60 ms apart (on a clock the engine drives, so on any machine): between them the engine is idle, and the records of the requests
     done so far are written then (not in the middle of a pass); all are there at the end."""
     from core.kv import BlockPool
     from core.runstore import OpenRunWriter, RunStore
@@ -169,6 +190,7 @@ def test_records_are_written_while_the_engine_waits_for_arrivals(model, tmp_path
     reqs = requests(3, gap=0.06)
     cache = PagedKVCache(model.config, 64, BLOCK, torch.float32, "cpu")
     runner = ModelRunner(model, cache, max_num_seqs=16, kernels="eager")
+    runner.clock = SteppedClock()
     res = serve(reqs, ContinuousBatching(BlockPool(64, BLOCK), max_num_seqs=16, max_model_len=64), runner,
                 realtime=True, on_request=writer.request, on_pass=writer.pass_done, while_waiting=while_waiting)
     writer.close()

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from engine.kernels.one_variant import one_variant
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
 
 
 @triton.jit
@@ -204,12 +205,8 @@ class PagedDecodeAttention(_SplitK):
     `__init__` for the most partials any batch up to `max_batch` needs, so one object serves
     graphs captured at several batch sizes."""
 
-    SLICES = {False: (64, 128), True: (16, 1024)}  # (slices, fewest positions a slice), by "batch fills the GPU"
-    # (sequence, KV head) pairs from which a batch fills the GPU. Not 128: on an H200 at batch 64
-    # (128 pairs) of p256 contexts the first slicing's attention took 14.5 us a layer against the
-    # second's 19.9 (benchmarks/profile_paged_decode.py), and the sweep's batch-56 passes (first
-    # slicing) beat batch 64's (second) by 7-11% at 512-2,048 cached positions, losing 6% at 8,192.
-    FILLS_GPU = 256
+    SLICES = DECODE_SLICES  # engine.kernels.tiles: the rule, and why
+    FILLS_GPU = FILLS_GPU
 
     def slicing(self) -> dict:
         """How contexts are sliced, for the cost model (`sim.calibrated`)."""

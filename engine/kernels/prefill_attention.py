@@ -30,6 +30,7 @@ import triton.language as tl
 
 from engine.kernels.attention import _kv_rows, _softmax_step
 from engine.kernels.one_variant import one_variant
+from engine.kernels.tiles import chunk_tile
 
 
 @one_variant(ints=("S", "bt_stride"), pointers=("BT", "QStart", "CtxLens"))
@@ -88,15 +89,6 @@ def _chunk_attention_kernel(Q, KC, VC, BT, QStart, CtxLens, Out, qk_scale, S, kv
     # every row saw key 0 in its first block, so l_i > 0
     tl.store(Out + rows[:, None] * D + d[None, :], (acc / l_i[:, None]).to(Out.dtype.element_ty),
              mask=row_ok[:, None])
-
-
-def chunk_tile(group: int, max_query_len: int | None = None, block_m: int = 128) -> int:
-    """Rows (token, query head) a tile: `block_m`, or fewer when no sequence brings enough tokens
-    to fill it (a batch of decode tokens: 16 rows, two tokens of six heads)."""
-    if max_query_len is not None:
-        block_m = min(block_m, max(16, triton.next_power_of_2(max_query_len * group)))
-    assert group <= block_m, f"a tile of {block_m} rows cannot hold a group of {group} query heads"
-    return block_m
 
 
 def chunk_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
