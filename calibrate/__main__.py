@@ -189,13 +189,16 @@ def heat_main(argv: list[str]) -> int:
            "dtype": str(parse_dtype(args.dtype)).removeprefix("torch."), "device": device.type, "passes": len(passes),
            "repeats": args.repeats, "rest_s": args.rest, "segments": marks, "wall_s": time.perf_counter() - wall,
            **provenance(device)}
-    store.write_run(run_id, passes, [], row)
-    if tmp.exists():  # beside the passes, compressed
-        import gzip
-        import shutil
-        with tmp.open("rb") as src, gzip.open(store.run_dir(run_id) / "telemetry.csv.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        tmp.unlink()
+
+    def telemetry_beside(run_dir: Path) -> None:  # beside the passes, compressed, in the run's directory
+        if tmp.exists():
+            import gzip
+            import shutil
+            with tmp.open("rb") as src, gzip.open(run_dir / "telemetry.csv.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+
+    store.write_run(run_id, passes, [], row, extra=telemetry_beside)
+    tmp.unlink(missing_ok=True)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
     return 0
 
