@@ -236,3 +236,16 @@ def test_a_run_directory_left_without_its_row_is_replaced_by_the_next_run_of_tha
     with pytest.raises(ValueError, match="run ids must be unique"):
         store.write_run("r1", [], [], {"run_id": "r1", "x": 2})
     assert [r["x"] for r in store.rows()] == [1] and csv_run_ids(store) == ["r1"]
+
+
+def test_a_run_directory_is_replaced_in_one_step_where_linux_can_swap_two(tmp_path, monkeypatch):
+    from sim import output
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text("old")
+    if not output._exchange(tmp_path, tmp_path):  # swapping a directory with itself: can this system swap?
+        pytest.skip("no renameat2 RENAME_EXCHANGE here")
+    monkeypatch.setattr(Path, "rename", lambda *a: pytest.fail("out was moved aside, leaving a moment without it"))
+    with output.atomic_dir(out) as tmp:
+        (tmp / "metrics.json").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["run"] and (out / "metrics.json").read_text() == "new"
