@@ -117,7 +117,7 @@ def _read_done(path: Path, repair: bool = False) -> list[dict]:
     return [{k: (v if k in TEXT_AXES else None if v == "" else _number(v)) for k, v in r.items()} for r in rows]
 
 
-def _start(out: Path, record: dict, resume: bool) -> None:
+def _start(out: Path, record: dict | None, resume: bool) -> None:
     """Make `out` this sweep's folder before its first row: summary.csv removed first (it
     summarizes the rows there now), then (not resuming: --overwrite) everything else, then
     sweep.json written."""
@@ -131,9 +131,8 @@ def _start(out: Path, record: dict, resume: bool) -> None:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-    if resume and (out / RECORD).exists():
-        return
-    write_text(out / RECORD, json.dumps(record, indent=1) + "\n")
+    if record is not None and not (resume and (out / RECORD).exists()):
+        write_text(out / RECORD, json.dumps(record, indent=1) + "\n")
 
 
 def _number(text: str) -> int | float:
@@ -188,7 +187,7 @@ def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int 
     try:
         with runner(jobs, modal) as run:  # a refusal (Modal: no account) comes before anything is written
             if out is not None:
-                _start(out, record or {}, resume)
+                _start(out, record, resume)
             if resume and runs_csv is not None:
                 rows = _read_done(runs_csv, repair=True)
                 done = {_key(r) for r in rows}
