@@ -3,7 +3,8 @@
 Every grid point runs once per replication (seeds seed, seed+1, ...); each run is one row of
 metrics, appended to `runs.csv` as soon as it finishes, so an interrupted sweep keeps every
 finished run and `--resume` runs only the missing ones. Points with several replications get a
-mean and confidence interval per metric (`summary.csv`, written when the sweep ends).
+mean and confidence interval per metric (`summary.csv`, written when the sweep ends or is stopped with
+Ctrl-C).
 
 `sweep.json`, written when a sweep starts, records the options it was made with (all but the
 axes' values, --replications and how it runs: --jobs, --modal); `--resume` refuses other options,
