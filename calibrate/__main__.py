@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import write_together
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
 from core.config import get_preset
 from core.roofline import get_gpu
@@ -192,13 +193,16 @@ def heat_main(argv: list[str]) -> int:
            "dtype": str(parse_dtype(args.dtype)).removeprefix("torch."), "device": device.type, "passes": len(passes),
            "repeats": args.repeats, "rest_s": args.rest, "segments": marks, "wall_s": time.perf_counter() - wall,
            **provenance(device)}
-    store.write_run(run_id, passes, [], row)
-    if tmp.exists():  # beside the passes, compressed
-        import gzip
-        import shutil
-        with tmp.open("rb") as src, gzip.open(store.run_dir(run_id) / "telemetry.csv.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        tmp.unlink()
+
+    def telemetry_beside(run_dir: Path) -> None:  # beside the passes, compressed, in the run's directory
+        if tmp.exists():
+            import gzip
+            import shutil
+            with tmp.open("rb") as src, gzip.open(run_dir / "telemetry.csv.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+
+    store.write_run(run_id, passes, [], row, extra=telemetry_beside)
+    tmp.unlink(missing_ok=True)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
     return 0
 
@@ -357,8 +361,9 @@ def fit_main(argv: list[str]) -> int:
         print(f"note: {out.name} is rewritten on other runs than it was fitted on ({note}); "
               f"`--runs-of {out}` reads the same ones")
     doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    _write_errors_csv(store.root / f"{name}-errors.csv", errors)
+    import pandas as pd
+    errors_csv = pd.DataFrame([e.__dict__ for e in errors]).to_csv(index=False)
+    write_together({store.root / f"{name}-errors.csv": errors_csv, out: json.dumps(doc, indent=1) + "\n"}, last=out)
     print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
           f"error, then all {len(passes)} for the parameters")
     print("parameters (all passes):\n" + format_params(params))
@@ -458,11 +463,6 @@ def placeholder(base: dict) -> dict:
     rates = {"kv_gbs": 1.0}
     return {"decode1": {}, "prefill": {}, "decode": {"small": rates, "big": rates,
                                                      "graph_s": {str(b): 0.0 for b in base["graph_buckets"] or [1]}}}
-
-
-def _write_errors_csv(path: Path, errors) -> None:
-    import pandas as pd
-    pd.DataFrame([e.__dict__ for e in errors]).to_csv(path, index=False)
 
 
 COMMANDS = {"sweep": sweep_main, "heat": heat_main, "fit": fit_main}

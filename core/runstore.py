@@ -7,8 +7,12 @@
 Nothing half-written is ever mistaken for a whole run: a closed run's records are written into
 a temporary directory that is renamed into place, and only then is its row appended; an open
 run (`OpenRunWriter`) appends its records as they happen and compresses the pass log when it
-ends, so an interrupted one stays readable up to the last record flushed. Readers skip and name
-what a crash left damaged (a row cut short, a truncated file) instead of failing on it.
+ends, so an interrupted one stays readable up to the last record flushed. A run's row is what
+makes it a run: a directory without one (a crash between the two) is ignored by readers and
+replaced by the next run of that id. runs.jsonl is the record; runs.csv is derived from it,
+rewritten whole after every row (`write_csv` regenerates it), so it never holds a row that
+runs.jsonl lacks. Readers skip and name what a crash left damaged (a row cut short, a truncated
+file) instead of failing on it.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable
 
-from core.records import PassRecord, RequestRecord, RowWriter, read_jsonl, to_dict, write_jsonl
+from core.crash import crash_point
+from core.records import PassRecord, RequestRecord, RowWriter, read_jsonl, records_to_csv, to_dict, write_jsonl
 
 SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -42,29 +47,48 @@ class RunStore:
     def rows_path(self) -> Path:
         return self.root / "runs.jsonl"
 
+    @property
+    def csv_path(self) -> Path:
+        return self.root / "runs.csv"
+
     def run_dir(self, run_id: str) -> Path:
         return self.root / check_run_id(run_id)
 
     def write_run(self, run_id: str, passes: Iterable[PassRecord], requests: Iterable[RequestRecord],
-                  row: dict) -> None:
-        """A finished run: its records into <run_id>/ (complete, then renamed into place), then
-        its row appended to runs.jsonl and runs.csv."""
+                  row: dict, extra: Callable[[Path], None] | None = None) -> None:
+        """A finished run: its records (and whatever `extra(dir)` writes beside them) into
+        <run_id>/ (complete, then renamed into place), then its row appended to runs.jsonl and
+        runs.csv."""
         final = self.run_dir(run_id)
         tmp = self.root / f".{run_id}.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             write_jsonl(passes, tmp / "passes.jsonl.gz")
             write_jsonl(requests, tmp / "requests.jsonl.gz")
+            if extra is not None:
+                extra(tmp)
             if final.exists():
-                raise ValueError(f"{final} exists already: run ids must be unique")
+                if any(r.get("run_id") == run_id for r in self.rows()):
+                    raise ValueError(f"{final} exists already: run ids must be unique")
+                shutil.rmtree(final)  # a run a crash left without its row
             tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        crash_point("run-dir")
         self.append_row(row)
 
     def append_row(self, row: dict) -> None:
-        with RowWriter(self.rows_path, self.root / "runs.csv") as w:
+        """`row` appended to runs.jsonl, then runs.csv rewritten from it."""
+        with RowWriter(self.rows_path) as w:
             w.write(row)
+        crash_point("run-row")
+        self.write_csv()
+
+    def write_csv(self) -> None:
+        """runs.csv from runs.jsonl (every row, the columns of all of them in order of appearance)."""
+        rows = self.rows()
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        records_to_csv([{k: r.get(k) for k in columns} for r in rows], self.csv_path)
 
     def rows(self) -> list[dict]:
         """Every complete row of runs.jsonl; a row a crash cut short is skipped with a warning."""

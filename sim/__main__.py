@@ -173,7 +173,7 @@ def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str], le
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.sweep import grid, print_summary, sweep
+    from sim.sweep import check_resume, grid, print_summary, sweep, sweep_record
     slos = parse_goodput(args.goodput)
     axes = {k: getattr(args, k) for k in AXES}
     axes = {k: (v if isinstance(v, list) else [v]) for k, v in axes.items() if v is not None}
@@ -185,15 +185,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_replications(base, args.replications)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    record = sweep_record(vars(args), axes, args.replications)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite, args.resume)
+        if args.resume:
+            check_resume(args.out, record)
     load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
     for point in {s.with_(seed=base.seed) for s in specs}:  # and a bad point (a KV cache too small...)
         check_spec(point)
     if args.modal:
         from sim.fanout import check_modal
         check_modal(base)
-    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, modal=args.modal)
+    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, modal=args.modal,
+                            record=record)
     print_summary(rows, axes, slos, args.out)
     return 0 if complete else 130
 

@@ -13,9 +13,13 @@ calibration (`calibrated:NAME`), which the image carries.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import signal
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
@@ -43,8 +47,23 @@ def point_row(spec: dict, slos: dict[str, float] | None = None, trace: Trace | N
     return run_point(RunSpec(**spec), slos, trace)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers leave Ctrl-C to the main process
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _start_worker(parent: int) -> None:
+    """A worker's first step: Ctrl-C is left to the main process, and the worker ends when its
+    parent does (killed, even by SIGKILL), instead of living on blocked on a pipe no one writes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    threading.Thread(target=_end_with, args=(parent,), daemon=True).start()  # elsewhere, and a parent gone already
+
+
+def _end_with(parent: int, every_s: float = 1.0) -> None:
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 @contextlib.contextmanager
@@ -62,7 +81,8 @@ def local_runner(jobs: int | None = None) -> Iterator[Runner]:
             workers = min(jobs, len(specs))
             inline = workers <= 1
             if not inline:
-                pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+                pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
+                                           initargs=(os.getpid(),))
         if inline:
             yield from (run_point(spec, slos) for spec in specs)
             return

@@ -12,9 +12,11 @@ a run directory's records back from whichever is there, for `python -m sim metri
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -47,6 +49,9 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if out.exists() and _exchange(tmp, out):  # out is the new run in one step; tmp holds the old one
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old.{os.getpid()}")
@@ -54,6 +59,17 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     tmp.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux renameat2 with RENAME_EXCHANGE), so no moment is
+    without `b`; False where the system or file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2 is not None and renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b),
+                                                rename_exchange) == 0
 
 
 def parse_formats(text: str) -> list[str]:
