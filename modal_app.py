@@ -110,16 +110,14 @@ def on_gpu(command: str, argv: list[str], git_commit: str | None = None) -> str:
 
 
 # The simulator's grid points (`python -m sim sweep|capacity --modal`): CPU only, no torch; the
-# committed calibrations travel with the code so that --cost calibrated:NAME works there too.
+# shipped calibrations travel inside sim/ so that --cost calibrated:NAME works there too.
 sim_image = (
     modal.Image.debian_slim(python_version="3.11")
-    .pip_install("simpy>=4.1", "numpy>=1.26", "pandas>=2.1", "tqdm>=4.66")
+    .pip_install("simpy>=4.1", "numpy>=1.26", "pandas>=2.1", "tqdm>=4.66", "jsonschema>=4")
     .add_local_dir(REPO / "core", "/root/core")
     .add_local_dir(REPO / "sim", "/root/sim")
     .add_local_dir(REPO / "traces", "/root/traces")
 )
-for _calibration in sorted((REPO / "results" / "calibration").glob("*.json")):
-    sim_image = sim_image.add_local_file(_calibration, f"/root/results/calibration/{_calibration.name}")
 
 
 @app.function(image=sim_image, cpu=1.0, timeout=3600)

@@ -2,20 +2,24 @@
 
     python -m calibrate sweep                       # on a GPU: a few hundred shapes, ~1 minute
     python -m calibrate heat                        # on a GPU: prompt work's slow-down, by design, ~4 minutes
-    python -m calibrate fit --name h200             # results/calibration/h200.json + error report
+    python -m calibrate fit                         # the calibration, where the simulator finds it
 
 `sweep` and `heat` write their passes as runs under OUT/calibration/ (default results/ on a GPU,
 out/results/ on a CPU); `fit` reads the latest sweep there (or --sweep RUN_ID) and the latest heat
 run of the same GPU and model if there is one (the heat model is fitted on it, else on the
 sweep's own pass stream), fits on part of the shape grid, reports the error on the rest, fits
 again on all of it, replays the open runs' pass logs (results/continuous) through the model, and
-writes NAME.json, NAME-errors.csv and the residual charts beside the sweep.
+writes the calibration to OUT/<model>/NAME.json (--out, default the user's calibrations folder,
+$LLMSIM_CALIBRATIONS or ~/.local/share/llm-serving-sim/calibrations, where `--cost calibrated:NAME`
+finds it) and NAME-errors.csv and the residual charts beside the sweep, the calibration and its
+errors as one set.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -218,13 +222,16 @@ def fit_main(argv: list[str]) -> int:
     from calibrate.replay import engine_runs, replay_runs, runs_read
     from sim.heat import factors
     from sim.calibrated import CalibratedCost
-    from sim.cost import gpu_preset
+    from sim.cost import gpu_preset, user_calibrations
 
     p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
     p.add_argument("--results", default=str(REPO / "results"), help="where the sweep and the open runs are")
     p.add_argument("--sweep", default="latest", help="the sweep's run id (default: the latest under RESULTS)")
     p.add_argument("--name", type=calibration_name, default=None,
-                   help="the calibration's name (default: the GPU's, e.g. h200)")
+                   help="the calibration's name (default: the GPU's, e.g. h200): --cost calibrated:NAME")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder of calibrations: the file is OUT/<model>/NAME.json (default $LLMSIM_CALIBRATIONS, "
+                        "else ~/.local/share/llm-serving-sim/calibrations; the project's own: sim/calibrations)")
     p.add_argument("--model", default=None, help="refuse a sweep of another model than this one")
     p.add_argument("--gpu", default=None, help="refuse a sweep on another GPU than this preset (e.g. h200)")
     p.add_argument("--no-charts", action="store_true", help="skip the residual charts")
@@ -243,7 +250,7 @@ def fit_main(argv: list[str]) -> int:
     p.add_argument("--runs-of", type=Path, default=None, metavar="CALIBRATION",
                    help="read only the open and closed runs this calibration file read (its `runs_read`: for its "
                         "host time, serving heat and replays), so that runs measured since stay held out and the "
-                        "fit reproduces it (e.g. results/calibration/h200.json); default: every run under RESULTS")
+                        "fit reproduces it (e.g. sim/calibrations/qwen2.5-1.5b/h200.json); default: every run under RESULTS")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -260,6 +267,9 @@ def fit_main(argv: list[str]) -> int:
         row = sweeps[-1] if args.sweep == "latest" else next((r for r in sweeps if r["run_id"] == args.sweep), None)
         if row is None:
             raise ValueError(f"--sweep {args.sweep!r}: no such sweep under {store.root}")
+        missing = [k for k in SWEEP_FIELDS if k not in row]
+        if missing:
+            raise ValueError(f"{store.rows_path}: the row of sweep {row.get('run_id')!r} lacks {', '.join(missing)}")
         if row.get("engine") != "continuous":
             raise ValueError(f"sweep {row['run_id']} timed the {row.get('engine')!r} engine; the cost model is the "
                              "continuous engine's")
@@ -268,7 +278,11 @@ def fit_main(argv: list[str]) -> int:
         if args.gpu and row["gpu"] != get_gpu(args.gpu).name:
             raise ValueError(f"sweep {row['run_id']} ran on {row['gpu']!r}, not --gpu {args.gpu} "
                              f"({get_gpu(args.gpu).name})")
+        cal_dir = args.out or user_calibrations()
+        if cal_dir.exists() and not cal_dir.is_dir():
+            raise ValueError(f"--out {cal_dir}: not a folder")
         passes = store.passes(row["run_id"])
+        check_sweep(row, passes, store.run_dir(row["run_id"]))
         try:  # the open and closed runs read below (for the host time, --serving-heat and the replays)
             read = runs_read(results, row["gpu"], row["model"], only)
         except ValueError as e:
@@ -355,7 +369,9 @@ def fit_main(argv: list[str]) -> int:
     pass_sigma = rested_scatter(heat_passes, heat_run["segments"]) if heat_run else repeat_scatter(passes)
     doc["noise"] = {"pass_sigma": pass_sigma} | host_sigmas
     doc["runs_read"] = read
-    out = store.root / f"{name}.json"
+    out = cal_dir / row["model"] / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check_writable_dir(out.parent, "--out")
     note = changed_runs(out, read)
     if note:
         print(f"note: {out.name} is rewritten on other runs than it was fitted on ({note}); "
@@ -364,6 +380,7 @@ def fit_main(argv: list[str]) -> int:
     import pandas as pd
     errors_csv = pd.DataFrame([e.__dict__ for e in errors]).to_csv(index=False)
     write_together({store.root / f"{name}-errors.csv": errors_csv, out: json.dumps(doc, indent=1) + "\n"}, last=out)
+    print(f"wrote {out} (--cost calibrated:{name} with --model {row['model']}) and {store.root / f'{name}-errors.csv'}")
     print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
           f"error, then all {len(passes)} for the parameters")
     print("parameters (all passes):\n" + format_params(params))
@@ -448,6 +465,29 @@ def engine_slicing() -> dict:
     from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
     return {"kv_heads": 2, "fills_gpu": FILLS_GPU, "block_n": 64, "small": list(DECODE_SLICES[False]),
             "big": list(DECODE_SLICES[True])}
+
+
+SWEEP_FIELDS = ("run_id", "engine", "model", "gpu", "dtype", "git_commit", "torch", "block_size", "graph_buckets")
+
+
+def check_sweep(row: dict, passes: list, where: Path) -> None:
+    """The sweep's passes are fit to fit: every duration finite and positive, and the passes those
+    of the model its row names (within its context, and with its attention's tiles)."""
+    model = get_preset(row["model"])
+    if not passes:
+        raise ValueError(f"{where}: the sweep {row['run_id']} holds no passes")
+    for i, q in enumerate(passes):
+        if not (isinstance(q.duration_s, (int, float)) and math.isfinite(q.duration_s) and q.duration_s > 0):
+            raise ValueError(f"{where}: pass {i} (step {q.step}) has duration_s {q.duration_s!r}; a pass "
+                             "takes a finite, positive time")
+        longest = max((c + n for c, n in zip(q.context_lens, q.new_tokens)), default=0)
+        if longest > model.context_length:
+            raise ValueError(f"{where}: pass {i} (step {q.step}) reaches position {longest:,}, past "
+                             f"{row['model']}'s context of {model.context_length:,}: not a sweep of {row['model']}")
+    recorded = (row.get("chunk_attention") or {}).get("tile_tokens")
+    if recorded is not None and recorded != engine_chunk_tiles(model)["tile_tokens"]:
+        raise ValueError(f"{where}: the sweep's chunk attention tiles ({recorded} query tokens) are not "
+                         f"{row['model']}'s ({engine_chunk_tiles(model)['tile_tokens']}): not a sweep of {row['model']}")
 
 
 def engine_chunk_tiles(model) -> dict:

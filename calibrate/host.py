@@ -26,7 +26,7 @@ records under results/ (one replica, overlap on):
   host plans its next pass only after that.
 
     python -m calibrate.host                       # print the figures
-    python -m calibrate.host --write results/calibration/h200.json   # store them as its "host"
+    python -m calibrate.host --write sim/calibrations/qwen2.5-1.5b/h200.json   # store them as its "host"
 """
 from __future__ import annotations
 
@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m calibrate.host", description="Measure the continuous engine's host time "
                                                                      "from its committed pass logs.")
     p.add_argument("--results", default="results", help="the results directory (default results)")
-    p.add_argument("--calibration", default="results/calibration/h200.json",
-                   help="the calibration file whose cost model prices the passes (default results/calibration/h200.json)")
+    p.add_argument("--calibration", default="sim/calibrations/qwen2.5-1.5b/h200.json",
+                   help="the calibration file whose cost model prices the passes (default sim/calibrations/qwen2.5-1.5b/h200.json)")
     p.add_argument("--write", action="store_true", help="store the figures as the calibration file's \"host\"")
     args = p.parse_args(argv)
     from sim.cost import CalibratedCost

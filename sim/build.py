@@ -19,7 +19,7 @@ from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import GIB, get_gpu
 from core.routers import ROUTERS, make_router
 from core.scheduler import ORDERS, POLICIES, ChunkedPrefill, make_scheduler
-from sim.cost import parse_cost
+from sim.cost import DEFAULT as DEFAULT_COST, default_cost, parse_cost
 from sim.noise import NoisyCost, measured_noise
 from sim.replica import SwapLink
 from sim.run import Disaggregation, SimResult, simulate
@@ -54,7 +54,8 @@ class RunSpec:
                               "trace's name, e.g. azure-conv-2023", type=str)
     trace_format: str | None = option(None, "trace format; detected when omitted", type=str, choices=FORMATS)
     policy: str = option("continuous", "scheduling policy", type=str, choices=tuple(POLICIES), axis=True)
-    cost: str = option("roofline:h200", "roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
+    cost: str = option(DEFAULT_COST, "auto (the calibration for --model on --gpu when one exists, else its "
+                                     "roofline), roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
                                         "constant:SECONDS, calibrated:NAME[@GPU] or a calibration JSON (see "
                                         "sim/cost.py); *FACTOR after it makes every pass FACTOR times as long "
                                         "(calibrated:h200*1.02)", type=str, axis=True)
@@ -133,6 +134,8 @@ class RunSpec:
             except ValueError as e:
                 raise ValueError(f"--gpu: {e}") from None
         self.split_disaggregation()  # checks the P:D form
+        if self.cost == DEFAULT_COST:  # (frozen: set once, here, so every copy and record names the model used)
+            object.__setattr__(self, "cost", default_cost(self.model, self.gpu))
 
     def with_(self, **changes) -> "RunSpec":
         return replace(self, **changes)

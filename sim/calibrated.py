@@ -121,8 +121,9 @@ from __future__ import annotations
 
 import copy
 import json
-from bisect import bisect_left
 import math
+from bisect import bisect_left
+from importlib import resources
 import re
 from pathlib import Path
 from typing import Sequence
@@ -598,9 +599,7 @@ class CalibratedCost:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"{path}: expected a calibration file with \"format\": \"{FORMAT}\", got {got!r}")
-        for key in ("model", "constants", "parameters", "decode_attention", "chunk_attention", "waves"):
-            if key not in d:
-                raise ValueError(f"{path}: missing {key!r}")
+        check_schema(d, path)
         if model is not None and d["model"] != model:
             raise ValueError(f"{path} is a cost model for {d['model']!r}, but this run simulates {model!r}; "
                              f"calibrate for {model!r} or pass --model {d['model']}")
@@ -610,6 +609,23 @@ class CalibratedCost:
             raise ValueError(f"{path}: missing {e}") from None
         except (TypeError, AttributeError) as e:
             raise ValueError(f"{path}: not the shape of a calibration file ({e})") from None
+
+
+def check_schema(doc: dict, path) -> None:
+    """A calibration file against `calibration.schema.json` (the fields and types the cost model
+    reads), before any of it is used: the first misfit named by its place in the file."""
+    import jsonschema
+    schema = json.loads((resources.files("sim") / "calibration.schema.json").read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        if error.validator == "required":
+            missing = next(k for k in error.validator_value if k not in error.instance)
+            raise ValueError(f"{path}: not a calibration file: missing {missing!r} at {where}")
+        if error.validator == "anyOf" and not isinstance(error.instance, dict):  # a number of the model's
+            dotted = ".".join(str(p) for p in error.absolute_path)
+            raise ValueError(f"{path}: {dotted} must be a finite number, got {error.instance!r}")
+        raise ValueError(f"{path}: not a calibration file: at {where}, {error.message}")
 
 
 class _NotANumber(ValueError):

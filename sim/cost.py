@@ -27,12 +27,17 @@ timed on the real engine; `CalibratedCost` documents the form and its parameters
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from core.config import ModelConfig, get_preset
-from core.roofline import GPUSpec, get_gpu
+from core.roofline import GPUS, GPUSpec, get_gpu
 from sim.calibrated import FORMAT, CalibratedCost, bucket  # noqa: F401 (FORMAT, bucket: the file's)
 from traces.trace import MAX_ARRIVAL_S
 
@@ -159,12 +164,75 @@ class ScaledCost:
         return getattr(self.cost, name)
 
 
-CALIBRATIONS = Path(__file__).resolve().parents[1] / "results" / "calibration"
+SHIPPED = "calibrations"  # package data: sim/calibrations/<model>/<gpu>.json
+USER_DIR_VAR = "LLMSIM_CALIBRATIONS"
+
+
+def user_calibrations() -> Path:
+    """Where a user's own calibrations are: $LLMSIM_CALIBRATIONS, else the user data directory
+    (`python -m calibrate fit` writes there by default)."""
+    env = os.environ.get(USER_DIR_VAR)
+    if env:
+        return Path(env).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "llm-serving-sim" / "calibrations"
+
+
+def calibration_dirs(model: str) -> list[Path | Traversable]:
+    """The folders `calibrated:NAME` looks in for NAME.json, in order: the user's, then the package's."""
+    return [user_calibrations() / model, resources.files("sim") / SHIPPED / model]
+
+
+def find_calibration(name: str, model: str) -> Path | Traversable | None:
+    """The calibration file `calibrated:NAME` means for `model`, or None."""
+    for folder in calibration_dirs(model):
+        path = folder / f"{name}.json"
+        if path.is_file():
+            return path
+    return None
+
+
+def known_calibrations(model: str) -> list[str]:
+    """The names `calibrated:NAME` accepts for `model`."""
+    names = set()
+    for folder in calibration_dirs(model):
+        if folder.is_dir():
+            names.update(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    return sorted(names)
+
+
+DEFAULT = "auto"
+_said: set[str] = set()
+
+
+def default_cost(model: str, gpu: str | None) -> str:
+    """What `--cost` means when it is not given: the calibration for `model` on `gpu` (default h200)
+    when there is one, else that GPU's roofline, with one line on stderr saying it is uncalibrated."""
+    gpu = (gpu or "h200").lower()
+    if find_calibration(gpu, model) is not None:
+        return f"calibrated:{gpu}"
+    spec = f"roofline:{gpu}"
+    if spec not in _said:
+        _said.add(spec)
+        print(f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
+              f"{roofline_error()}; give --cost, or calibrate your GPU (python -m calibrate --help)", file=sys.stderr)
+    return spec
+
+
+def roofline_error() -> str:
+    """How far the roofline was from the measured engine, as the shipped H200 calibration records it."""
+    try:
+        shipped = json.loads((resources.files("sim") / SHIPPED / "qwen2.5-1.5b" / "h200.json").read_text())
+        errors = [-e["signed_median"] for e in shipped["roofline_prior_error"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return (f", which on the H200 priced passes {min(errors):.0%}-{max(errors):.0%} shorter than the measured engine took "
+            f"(Qwen2.5-1.5B)")
 
 
 def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4) -> tuple[CostModel, GPUSpec | None]:
     """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline), "constant:SECONDS",
-    "calibrated:NAME" (results/calibration/NAME.json, e.g. calibrated:h200), "calibrated:NAME@GPU"
+    "calibrated:NAME" (NAME.json for `model`: `user_calibrations()`'s, else the package's; e.g. calibrated:h200), "calibrated:NAME@GPU"
     (that calibration projected to another GPU preset), or the path of a calibration JSON for
     `model`; any of them followed by "*FACTOR" has every pass FACTOR times as long (`ScaledCost`:
     calibrated:h200*1.02 is the H200 calibration with passes 2% slower, as a card or a load its
@@ -187,22 +255,23 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         return ConstantCost(seconds), None
     if kind == "calibrated" and sep:
         name, at, target = arg.partition("@")
-        path = CALIBRATIONS / f"{name}.json"
-        if not path.exists():
-            known = ", ".join(sorted(p.stem for p in CALIBRATIONS.glob("*.json"))) or "none"
-            raise ValueError(f"--cost {spec!r}: no calibration named {name!r} (known: {known})")
+        path = find_calibration(name, model)
+        if path is None:
+            known = ", ".join(known_calibrations(model)) or "none"
+            raise ValueError(f"--cost {spec!r}: no calibration named {name!r} for {model} in "
+                             f"{user_calibrations() / model} or the package's (known: {known})")
         cost = CalibratedCost.from_json(path, model)
-        measured_on = gpu_preset(cost.gpu)[1]
+        measured_on = _measured_on(spec, path, cost)
+        named = _gpu(spec, name) if name.lower() in GPUS else None
+        if named is not None and named.name != measured_on.name:
+            raise ValueError(f"{path}: a calibration named {name!r} measured on {cost.gpu!r}, not on "
+                             f"{named.name}; rename it for its GPU")
         if not at:
             return cost, measured_on
-        gpu = _gpu(spec, target)
-        if measured_on is None:
-            raise ValueError(f"--cost {spec!r}: {path} was measured on {cost.gpu!r}, which no GPU preset "
-                             f"describes; it cannot be projected")
-        return cost.projected(gpu, measured_on), gpu
+        return cost.projected(_gpu(spec, target), measured_on), _gpu(spec, target)
     if spec.endswith(".json") or Path(spec).exists():
         cost = CalibratedCost.from_json(spec, model)
-        return cost, gpu_preset(cost.gpu)[1]
+        return cost, _measured_on(spec, spec, cost)
     raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
                      f"calibration .json file")
 
@@ -222,6 +291,16 @@ def _scaled(spec: str, base: str, factor: str, model: str, overhead_s: float) ->
         raise ValueError(f"--cost {spec!r}: name the cost model to scale before '*', e.g. calibrated:h200*1.02")
     cost, gpu = parse_cost(base, model, overhead_s)
     return ScaledCost(cost, f), gpu
+
+
+def _measured_on(spec: str, path, cost: "CalibratedCost") -> GPUSpec:
+    """The GPU preset a calibration was measured on: it sizes the run's KV cache, so a GPU that no
+    preset describes is an error rather than a guess."""
+    preset = gpu_preset(cost.gpu)[1]
+    if preset is None:
+        raise ValueError(f"{path}: measured on {cost.gpu!r}, which no GPU preset describes (known: "
+                         f"{', '.join(sorted({g.name for g in GPUS.values()}))})")
+    return preset
 
 
 def _gpu(spec: str, name: str) -> GPUSpec:

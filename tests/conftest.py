@@ -12,3 +12,15 @@ except ImportError:  # the simulator-only install
 
 if torch is None or not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def user_calibrations(tmp_path, monkeypatch):
+    """Each test's own calibrations folder ($LLMSIM_CALIBRATIONS): `calibrate fit` writes there by
+    default, and `calibrated:NAME` looks there before the shipped ones; never the user's own."""
+    folder = tmp_path / "calibrations"
+    monkeypatch.setenv("LLMSIM_CALIBRATIONS", str(folder))
+    return folder

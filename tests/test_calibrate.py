@@ -114,7 +114,7 @@ def write_sweep(root, passes, **row):
     return store
 
 
-def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypatch):
+def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypatch, user_calibrations):
     """... with the spread term from a mixtures run of the same GPU and model (not another's): fitted
     on what the form without it leaves of the pairs' differences (here all of the term)."""
     truth = with_spread(TRUE)
@@ -128,7 +128,7 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     out = capsys.readouterr().out
     assert "held-out" in out and "matmul" in out and "TFLOP/s" in out and "the roofline alone" in out
     assert "spread term: fitted on 50 pairs" in out
-    doc = json.loads((store.root / "h200.json").read_text())
+    doc = json.loads((user_calibrations / MODEL.name / "h200.json").read_text())
     assert doc["spread_fitted_on"] == ["sweep-mixtures-x"]
     decode = doc["parameters"]["decode"]
     assert set(decode["schedule"]) == {"kv_gbs", "block_s", "start_s"} and "as scheduled (sim.schedule)" in out
@@ -141,7 +141,6 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     assert doc["format"] == FORMAT and doc["sweep"] == "sweep-x" and doc["engine_commit"] == "abc"
     assert {e["kind"] for e in doc["error"]} == {"decode", "prefill", "mixed"}
     assert (store.root / "h200-errors.csv").exists() and (store.root / "h200-residuals.png").stat().st_size > 1000
-    monkeypatch.setattr("sim.cost.CALIBRATIONS", store.root)
     cost, gpu = parse_cost("calibrated:h200")
     assert gpu.name == "NVIDIA H200"
     assert cost.pass_time([1], [500]) == pytest.approx(CalibratedCost(doc).pass_time([1], [500]))
@@ -163,6 +162,56 @@ def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys
     assert message in capsys.readouterr().err
 
 
+def with_duration(passes, i, duration):
+    q = passes[i]
+    passes[i] = PassRecord.make(q.run_id, q.engine, q.step, q.new_tokens, q.context_lens, q.start_s, duration)
+    return passes
+
+
+@pytest.mark.parametrize("passes, row, message", [
+    (lambda: with_duration(synthetic_passes(), 3, -1.0), {}, "pass 3 (step 3) has duration_s -1.0"),
+    (lambda: with_duration(synthetic_passes(), 0, float("nan")), {}, "pass 0 (step 0) has duration_s nan"),
+    (lambda: synthetic_passes(), {"model": "tiny"}, "not a sweep of tiny"),  # Qwen's passes relabelled
+    (lambda: synthetic_passes(), {"torch": None}, "lacks torch"),
+])
+def test_a_sweep_the_fit_cannot_stand_on_is_refused_and_nothing_is_written(tmp_path, capsys, user_calibrations,
+                                                                             passes, row, message):
+    write_sweep(tmp_path, passes(), **row)
+    if row.get("torch", 1) is None:  # a runs table missing a field
+        rows = tmp_path / "calibration" / "runs.jsonl"
+        rows.write_text(json.dumps({k: v for k, v in json.loads(rows.read_text()).items() if k != "torch"}) + "\n")
+    assert main(["fit", "--results", str(tmp_path), "--no-charts"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+    assert not user_calibrations.exists() or not any(user_calibrations.rglob("*.json"))
+
+
+def test_a_fit_that_fails_while_writing_leaves_the_old_calibration_and_errors_whole(tmp_path, user_calibrations,
+                                                                                     monkeypatch):
+    write_sweep(tmp_path, synthetic_passes(noise=0.005, repeats=1))
+    old = user_calibrations / MODEL.name / "h200.json"
+    errors = tmp_path / "calibration" / "h200-errors.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text('{"old": 1}\n')
+    errors.write_text("old errors\n")
+    import core.atomic
+    calls = []
+
+    def killed_on_the_second(fd):  # the calibration's temporary file, after the errors' one
+        calls.append(fd)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(core.atomic.os, "fsync", killed_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts"])
+    assert old.read_text() == '{"old": 1}\n' and errors.read_text() == "old errors\n"
+    assert sorted(p.name for p in old.parent.iterdir()) == ["h200.json"]  # no temporary file left
+    monkeypatch.undo()
+    monkeypatch.setenv("LLMSIM_CALIBRATIONS", str(user_calibrations))
+    assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts"]) == 0
+    assert json.loads(old.read_text())["format"] == FORMAT and errors.read_text() != "old errors\n"
+
+
 def write_open_run(root, run_id: str, seed: int, mixed_slower: float) -> list[PassRecord]:
     """An open run of the same GPU and model under ROOT/continuous: the sweep's passes shuffled end to
     end (decode passes after prompt passes too, at every level), each priced by the true form, each
@@ -179,7 +228,7 @@ def write_open_run(root, run_id: str, seed: int, mixed_slower: float) -> list[Pa
     return served
 
 
-def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
+def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys, user_calibrations):
     """--serving-heat: the sweep's passes shuffled end to end as an open run of the same GPU and model,
     each mixed pass 3% over the form's price: the mixed passes' slow-down takes it (at the level
     the passes before them leave), the heat run's fit (here the sweep's own) kept beside it."""
@@ -188,7 +237,7 @@ def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
     assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]) == 0
     out = capsys.readouterr().out
     assert "slow-downs refitted on the open runs (--serving-heat; 1 runs" in out
-    doc = json.loads((store.root / "h200.json").read_text())
+    doc = json.loads((user_calibrations / MODEL.name / "h200.json").read_text())
     assert doc["heat"]["mixed"] > 0.0 and doc["heat_slopes_fitted_on"]["passes"] == len(served)
     assert "mixed" not in doc["heat_run_fit"]
     assert {k: doc["heat"][k] for k in ("tau_s", "tau_up_s", "full_tokens")} == \
@@ -196,7 +245,7 @@ def test_fit_refits_the_heat_slow_downs_on_open_runs(tmp_path, capsys):
     assert abs(doc["heat_slopes_fitted_on"]["after"]["mixed"]) < abs(doc["heat_slopes_fitted_on"]["before"]["mixed"])
 
 
-def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys):
+def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys, user_calibrations):
     """The fit records the runs it read (`runs_read`); `--runs-of` that file reads those again and no
     run added since, so a refit reproduces the calibration; a run it names that is gone, or a file
     without the list, is an error naming it."""
@@ -204,19 +253,19 @@ def test_runs_of_reads_only_the_runs_a_calibration_read(tmp_path, capsys):
     write_open_run(tmp_path, "open-x", seed=1, mixed_slower=1.03)
     args = ["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts", "--serving-heat"]
     assert main(args) == 0
-    first = json.loads((store.root / "h200.json").read_text())
+    first = json.loads((user_calibrations / MODEL.name / "h200.json").read_text())
     assert first["runs_read"] == {"continuous": ["open-x"], "continuous-closed": []}
     kept = tmp_path / "kept.json"
-    kept.write_text((store.root / "h200.json").read_text())
+    kept.write_text((user_calibrations / MODEL.name / "h200.json").read_text())
     write_open_run(tmp_path, "open-y", seed=2, mixed_slower=1.10)  # measured after the calibration: held out of its refit
     capsys.readouterr()
     assert main(args + ["--runs-of", str(kept)]) == 0
-    again = json.loads((store.root / "h200.json").read_text())
+    again = json.loads((user_calibrations / MODEL.name / "h200.json").read_text())
     assert again["runs_read"] == first["runs_read"] and again["heat"] == first["heat"]
     assert again["heat_slopes_fitted_on"]["runs"] == 1
     assert "is rewritten on other runs" not in capsys.readouterr().out
     assert main(args) == 0  # without it, every run, and a note that the file's runs changed
-    both = json.loads((store.root / "h200.json").read_text())
+    both = json.loads((user_calibrations / MODEL.name / "h200.json").read_text())
     assert both["runs_read"]["continuous"] == ["open-x", "open-y"] and both["heat"]["mixed"] > first["heat"]["mixed"]
     assert "h200.json is rewritten on other runs than it was fitted on (1 more under continuous/)" in \
         capsys.readouterr().out

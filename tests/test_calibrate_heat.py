@@ -71,7 +71,7 @@ def test_rested_references_are_per_sequence_and_quiet():
         rested_references([p(0, [100], 0.0, 0.02), p(1, [1, 1, 1], 0.021, 0.002)], [{"first": 0, "last": 1}])
 
 
-def test_fit_takes_the_heat_from_a_heat_run(tmp_path, capsys):
+def test_fit_takes_the_heat_from_a_heat_run(tmp_path, capsys, user_calibrations):
     pytest.importorskip("torch", reason="calibrate sits above the engine")
     from calibrate.__main__ import main
     from core.runstore import RunStore
@@ -82,7 +82,7 @@ def test_fit_takes_the_heat_from_a_heat_run(tmp_path, capsys):
                                            "model": "qwen2.5-1.5b", "gpu": "NVIDIA H200", "segments": marks})
     assert main(["fit", "--results", str(tmp_path), "--name", "h200", "--no-charts"]) == 0
     assert "fitted on heat run heat-x" in capsys.readouterr().out
-    doc = json.loads((RunStore(tmp_path / "calibration").root / "h200.json").read_text())
+    doc = json.loads((user_calibrations / "qwen2.5-1.5b" / "h200.json").read_text())
     assert doc["heat_fitted_on"] == "heat-x"
     assert doc["heat"] == fit_response(passes, marks)[0].as_dict() == doc["held_out_heat"]
 

@@ -201,7 +201,7 @@ def test_a_sweep_over_cost_models_and_a_runs_csv_from_before_cost_was_an_axis(tr
 def test_a_scaled_calibration_keeps_the_memory_the_calibrated_engine_had(trace_csv, tmp_path, capsys, extra):
     # a calibration whose engine had too little memory for one request: the scaled (and the
     # scattered) model must size the KV cache from it too, not from the GPU preset
-    d = json.loads((REPO / "results" / "calibration" / "h200.json").read_text())
+    d = json.loads((REPO / "sim" / "calibrations" / "qwen2.5-1.5b" / "h200.json").read_text())
     d["free_gib"] = 0.001
     path = tmp_path / "small.json"
     path.write_text(json.dumps(d))
