@@ -85,3 +85,15 @@ def check_writable_dir(path: str | Path, option: str = "--out") -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".write-check.", dir=parent))
     except OSError as e:
         raise ValueError(f"{option} {path}: cannot write in {parent} ({e.strerror})") from None
+
+
+def percentile_metrics(text: str) -> tuple[str, ...]:
+    """An argparse type for `--percentile-metrics` (vLLM's flag): comma-separated names of the
+    latencies whose statistics the table prints, from ttft, tpot, itl, e2el."""
+    from core.metrics import LATENCIES
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+    unknown = [n for n in names if n not in LATENCIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown metric {unknown[0] if unknown else text!r}; "
+                                         f"choose from {', '.join(LATENCIES)}, comma-separated")
+    return names

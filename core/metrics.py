@@ -204,9 +204,13 @@ def format_rejections(records: RequestTable | Iterable[RequestRecord], examples:
     return "\n".join(lines)
 
 
-def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None) -> str:
-    """A text table laid out like vLLM's benchmark printout: each latency's mean, median and the
-    percentiles `shown` (default: every one computed but the median)."""
+LATENCIES = ("ttft", "tpot", "itl", "e2el")  # the metrics with percentiles, vLLM's --percentile-metrics names
+
+
+def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None,
+                   latencies: Iterable[str] = LATENCIES) -> str:
+    """A text table laid out like vLLM's benchmark printout: each of the `latencies`' mean, median
+    and the percentiles `shown` (default: every one computed but the median)."""
     lines = [f"{title:=^60}"]
 
     def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
@@ -226,6 +230,8 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: I
     kv("Total Token throughput (tok/s):", m.total_token_throughput)
     for name, header in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
                          ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        if name not in latencies:
+            continue
         d: Distribution = getattr(m, name)
         lines.append(f"{header:-^60}")
         kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)

@@ -13,16 +13,17 @@ Every option of a run is a field of `sim.build.RunSpec`, declared there once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from core.cli import ArgumentParser, goodput_slo, metric_percentiles
-from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, format_rejections,
+from core.atomic import write_text
+from core.cli import ArgumentParser, check_writable_dir, goodput_slo, metric_percentiles, percentile_metrics
+from core.jsontext import dumps
+from core.metrics import (DEFAULT_PERCENTILES, LATENCIES, compute_metrics, format_metrics, format_rejections,
                           format_replications, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
-from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec
+from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, option_flags, simulate_spec
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
     write_requests
 from sim.plot import add_plot_args, cmd_plot
@@ -47,10 +48,10 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
     options about the output."""
     for f in cli_fields():
         meta = f.metadata
-        flag = "--" + f.name.replace("_", "-")
+        flags = option_flags(f)
         text = meta["help"]
         if meta["type"] is bool:
-            p.add_argument(flag, action="store_true", help=text)
+            p.add_argument(*flags, dest=f.name, action="store_true", help=text)
             continue
         kind = meta["type"]
         if sweep and meta["axis"]:
@@ -58,12 +59,12 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
         if f.default is not None and not (sweep and meta["axis"]):
             text += f" (default {f.default})"
         choices = meta["choices"] if not (sweep and meta["axis"]) else None
-        p.add_argument(flag, type=kind, default=f.default, choices=choices, required=f.name == "trace",
-                       help=text)
+        p.add_argument(*flags, dest=f.name, type=kind, default=f.default, choices=choices,
+                       required=f.name == "trace", metavar=f.name.upper() if len(flags) > 1 else None, help=text)
     p.add_argument("--no-fast-forward", dest="fast_forward", action="store_false",
                    help="step every pass (same results, slower)")
     p.add_argument("--replications", type=int, default=1,
-                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two, --noise)")
+                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --request-rate, power-of-two, --noise)")
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
     if not sweep:
@@ -86,13 +87,16 @@ def check_replications(spec: RunSpec, replications: int) -> None:
     if replications > 1 and not spec.draws_at_random:
         raise ValueError("--replications: this run draws nothing at random (a trace replayed at its own "
                          "times, a deterministic router), so every replication would be the same; resample "
-                         "the arrivals with --rate, or use --router power-of-two")
+                         "the arrivals with --request-rate, or use --router power-of-two")
 
 
 def add_percentiles_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
                    help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99); "
                         "metrics.json keeps them beside p50, p90 and p99")
+    p.add_argument("--percentile-metrics", type=percentile_metrics, default=LATENCIES, metavar="NAME[,NAME...]",
+                   help="the latencies the table shows, as vLLM's flag: ttft, tpot, itl, e2el, comma-separated "
+                        "(default all four; metrics.json keeps every one)")
 
 
 def percentiles(chosen: tuple[float, ...] | None) -> tuple[float, ...]:
@@ -108,6 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
+    if args.save_result:
+        check_writable_dir(args.result_dir, "--result-dir")
     spec, n = check_trace(spec)  # every row checked here, before any work; then the run streams it
     keep_times = {"auto": n <= SMALL_TRACE, "on": True, "off": False}[args.token_times]
     log_passes = {"auto": n <= 2000, "on": True, "off": False}[args.pass_log]
@@ -122,7 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows.append(metrics.as_row())
         results.append((run, result))
         if i == 0:
-            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles))
+            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles,
+                                 args.percentile_metrics))
             print(f"simulated {result.num_passes:,} passes to t={result.end_s:,.1f} s in {result.wall_s:.2f} s wall"
                   f"{'' if log_passes else ' (pass records off)'}")
             if spec.prefix_caching:
@@ -134,6 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(refused, file=sys.stderr)
     if args.replications > 1:
         print(format_replications(summarize_replications(rows), args.replications))
+    if args.save_result:
+        save_result(args.result_dir, results[0][0], rows[0])
     if args.out is not None:
         with atomic_dir(args.out) as tmp:
             for i, ((run, result), row) in enumerate(zip(results, rows)):
@@ -143,12 +152,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def save_result(result_dir: Path, run: RunSpec, row: dict) -> Path:
+    """`--save-result`: the run's metrics and choices as one JSON file named as vLLM names its
+    (POLICY-RATEqps-MODEL-DATE.json; RATE "trace" for the trace's own arrivals)."""
+    import datetime as dt
+    now = dt.datetime.now()
+    rate = f"{run.rate:g}" if run.rate is not None else "trace"
+    path = result_dir / f"{run.policy}-{rate}qps-{run.model}-{now:%Y%m%d-%H%M%S}.json"
+    result_dir.mkdir(parents=True, exist_ok=True)
+    write_text(path, dumps({"date": f"{now:%Y%m%d-%H%M%S}", "model_id": run.model, "request_rate": run.rate,
+                            "burstiness": run.burstiness, "num_prompts": row.get("completed", 0) + row.get("rejected", 0),
+                            "spec": run.__dict__, **row}, indent=1, default=str))
+    print(f"result saved to {path}")
+    return path
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     """The metrics table of records a run wrote, in any of the formats `--format` writes."""
     slos = parse_goodput(args.goodput)
     records = read_requests(args.run)
     print(format_metrics(compute_metrics(records, slos, percentiles(args.metric_percentiles)), f" {args.run} ",
-                         args.metric_percentiles))
+                         args.metric_percentiles, args.percentile_metrics))
     if refused := format_rejections(records):
         print(refused, file=sys.stderr)
     return 0
@@ -162,7 +186,7 @@ def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str]) ->
         write_jsonl(result.passes, out / "passes.jsonl")
         if "csv" in formats:
             records_to_csv(result.passes, out / "passes.csv")
-    (out / "metrics.json").write_text(json.dumps(
+    write_text(out / "metrics.json", dumps(
         {"spec": run.__dict__, "metrics": row, "passes": result.num_passes, "wall_s": result.wall_s},
         indent=1, default=str))
 
@@ -351,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--format", default=DEFAULT_FORMATS, metavar="FMT[,FMT]",
                      help=f"files for the request records under --out: {', '.join(FORMATS)} (default "
                           f"{DEFAULT_FORMATS}; parquet needs pyarrow: pip install 'llm-serving-sim[parquet]')")
+    run.add_argument("--save-result", action="store_true",
+                     help="also save the run's metrics as one JSON file, as vLLM's flag: "
+                          "POLICY-RATEqps-MODEL-YYYYMMDD-HHMMSS.json in --result-dir")
+    run.add_argument("--result-dir", type=Path, default=Path("."),
+                     help="where --save-result puts its file (default: the current directory)")
     sw = sub.add_parser("sweep", help="simulate a grid of configurations in parallel")
     add_run_args(sw, sweep=True)
     sw.add_argument("--resume", action="store_true",
