@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number, run_subcommand
 from core.config import get_preset
 from core.roofline import get_gpu
 from core.runstore import RunStore
@@ -463,15 +463,16 @@ def _write_errors_csv(path: Path, errors) -> None:
     pd.DataFrame([e.__dict__ for e in errors]).to_csv(path, index=False)
 
 
-COMMANDS = {"sweep": sweep_main, "heat": heat_main, "fit": fit_main}
+COMMANDS = {"sweep": ("on a GPU: time the engine's passes over a grid of shapes (runs under OUT/calibration/)",
+                      sweep_main),
+            "heat": ("on a GPU: how prompt work slows the passes after it (a heat run under OUT/calibration/)",
+                     heat_main),
+            "fit": ("fit the simulator's cost model on a sweep (NAME.json, NAME-errors.csv and charts)", fit_main)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        print(__doc__)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:])
+    """`python -m calibrate COMMAND ...`: the sub-command's own main runs the rest of the line."""
+    return run_subcommand("python -m calibrate", __doc__, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
