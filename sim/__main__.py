@@ -24,6 +24,7 @@ from core.metrics import (DEFAULT_PERCENTILES, LATENCIES, compute_metrics, forma
                           format_replications, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
 from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, option_flags, simulate_spec
+from sim.fanout import check_remote_cost
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
     write_requests
 from sim.plot import add_plot_args, cmd_plot
@@ -197,6 +198,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     axes = {k: getattr(args, k) for k in AXES}
     axes = {k: (v if isinstance(v, list) else [v]) for k, v in axes.items() if v is not None}
     base = spec_from_args(args, **{k: v[0] for k, v in axes.items()})
+    if args.mapper is not None:  # a cost file here is not in the mapper's containers
+        for cost in axes.get("cost", [base.cost]):
+            check_remote_cost(cost)
     specs = grid(base, args.replications, **axes)  # every point is checked here, before any work
     if args.replications < 1:
         raise ValueError(f"--replications must be at least 1, got {args.replications}")
@@ -209,17 +213,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
     for point in {s.with_(seed=base.seed) for s in specs}:  # and a bad point (a KV cache too small...)
         check_spec(point)
-    if args.modal:
-        from sim.fanout import check_modal
-        check_modal(base)
-    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, modal=args.modal)
+    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, mapper=args.mapper)
     print_summary(rows, axes, slos, args.out)
     return 0 if complete else 130
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     from sim import capacity
-    from sim.fanout import check_modal, runner
+    from sim.fanout import runner
     slos, goodput = capacity.parse_slos(args.slo), parse_goodput(args.goodput)
     searched = capacity.SEARCHES[args.search]
     given = {k: getattr(args, k) for k in AXES if isinstance(getattr(args, k), list)}  # the flags given
@@ -229,13 +230,14 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     check_replications(points[0], args.replications)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.modal:
-        check_modal(base)
+    if args.mapper is not None:
+        for cost in axes.get("cost", [base.cost]):
+            check_remote_cost(cost)
     for point in points:  # a bad point (a KV cache too small...) fails here, as a sweep's does, before any probe
         check_spec(point)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
-    with runner(args.jobs, args.modal) as run:
+    with runner(args.jobs, args.mapper) as run:
         searches = capacity.run_searches(points, searched, slos, run, start=start, replications=args.replications,
                                          tolerance=args.tolerance, floor=floor, goodput=goodput)
     capacity.report(searches, searched, axes, slos, args.replications, args.tolerance, args.out)
@@ -361,7 +363,9 @@ def cmd_card_offset(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, mapper=None) -> int:
+    """`python -m sim COMMAND ...`; `mapper` (a function's `.map`: modal_app.py's simulate_point)
+    runs a sweep's or capacity search's points instead of local processes."""
     parser = ArgumentParser(prog="python -m sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -400,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in (sw, cap):
         p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
         p.add_argument("--modal", action="store_true",
-                       help="run the points on Modal (modal_app.py simulate_point, .map) instead of local processes")
+                       help=f"no longer here: run the points on Modal with modal run modal_app.py::{p.prog.split()[-1]} "
+                            "--args \"...\"")
     cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)",
                          description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
                                      "policy, limits, replicas) and write the error table, the targets and a report "
@@ -448,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     add_percentiles_arg(met)
     try:
         args = parser.parse_args(argv)
+        args.mapper = mapper
+        if getattr(args, "modal", False):
+            raise ValueError(f"--modal: run it on Modal with modal run modal_app.py::{args.command} --args \"...\" "
+                             "(the same options, without --modal)")
         if args.command == "compare":
             return cmd_compare(args)
         if args.command == "capacity":
