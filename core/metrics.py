@@ -112,6 +112,9 @@ def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
             raise ValueError(f"goodput SLO {spec!r}: {ms!r} is not a number of milliseconds") from None
         if not 0 < value < math.inf:  # NaN too
             raise ValueError(f"goodput SLO {spec!r}: must be a positive, finite number of milliseconds")
+        if name in slos:
+            raise ValueError(f"--goodput: {name} is given twice ({name}:{slos[name] * 1e3:g} and {spec}); "
+                             "give one SLO per metric")
         slos[name] = value / 1e3
     return slos
 

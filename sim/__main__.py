@@ -23,7 +23,7 @@ from core.jsontext import dumps
 from core.metrics import (DEFAULT_PERCENTILES, LATENCIES, compute_metrics, format_metrics, format_rejections,
                           format_replications, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
-from sim.build import AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, option_flags, simulate_spec
+from sim.build import AXES, RunSpec, check_order, check_spec, check_trace, cli_fields, load_trace_file, option_flags, simulate_spec
 from sim.fanout import check_remote_cost
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_requests, \
     write_requests
@@ -210,9 +210,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.out is not None:
         check_out_dir(args.out, args.overwrite, args.resume)
-    load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
+    if args.resume and args.out is None:
+        raise ValueError("--resume: name the --out directory whose runs.csv to resume")
+    trace = load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
     for point in {s.with_(seed=base.seed) for s in specs}:  # and a bad point (a KV cache too small...)
         check_spec(point)
+        check_order(point, trace)
     rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, mapper=args.mapper)
     print_summary(rows, axes, slos, args.out)
     return 0 if complete else 130
@@ -233,8 +236,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if args.mapper is not None:
         for cost in axes.get("cost", [base.cost]):
             check_remote_cost(cost)
+    trace = load_trace_file(base.trace, base.trace_format)
     for point in points:  # a bad point (a KV cache too small...) fails here, as a sweep's does, before any probe
         check_spec(point)
+        check_order(point, trace)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
     with runner(args.jobs, args.mapper) as run:

@@ -202,8 +202,20 @@ def check_trace(spec: RunSpec) -> tuple[RunSpec, int]:
         except NeedsSorting:
             pass
     if n is None:
-        n = len(load_trace_file(spec.trace, spec.trace_format))
+        trace = load_trace_file(spec.trace, spec.trace_format)
+        check_order(spec, trace)
+        n = len(trace)
+    else:
+        check_order(spec, next(iter_trace(path, spec.trace_format), None))
     return spec, min(n, spec.limit or n)
+
+
+def check_order(spec: RunSpec, trace: Trace | None) -> None:
+    """--order priority needs a trace with priority classes (else every request is class 0 and
+    the run is FCFS without saying so)."""
+    if spec.order == "priority" and trace is not None and trace.priority is None:
+        raise ValueError(f"--order priority: {spec.trace} has no priority column, so every request would "
+                         "have the same class; add one, or use --order fcfs or spf")
 
 
 @lru_cache(maxsize=4)
