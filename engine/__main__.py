@@ -12,7 +12,7 @@ def roofline_main(argv: list[str]) -> int:
     from core.roofline import GPUS, get_gpu, roofline
 
     p = ArgumentParser(prog="python -m engine roofline",
-                       description="The seed's five numbers for a model on a GPU, from specs alone.")
+                       description="The five roofline numbers for a model on a GPU, from specs alone.")
     p.add_argument("--model", default="qwen2.5-1.5b", help=f"preset ({', '.join(PRESETS)}) or checkpoint directory")
     p.add_argument("--gpu", default="all", help=f"GPU preset ({', '.join(GPUS)}) or 'all' (default)")
     p.add_argument("--dtype-bytes", type=int, default=2, help="bytes per weight (default 2: fp16)")

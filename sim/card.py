@@ -7,9 +7,9 @@ the *other* runs on its card at a like load, so that a run is never simulated wi
 from itself.
 
 A run's card is the GPU UUID its row names (`gpu_uuid`, recorded by the engine since it was
-added). Rows recorded before name none; for them the card is the device call: runs at one git
-commit started within `CALL_GAP_S` of the one before (the device machine kept one card per
-call; a call at another commit may have had the same card, and is taken as another one).
+added). Rows recorded before name none; for them the card is a batch of runs: runs at one git
+commit started within `CALL_GAP_S` of the one before (one batch ran on one card; a batch at
+another commit may have had the same card, and is taken as another one).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def run_offset(cost, passes) -> float:
 
 
 def cards(rows: list[dict]) -> list[str]:
-    """The card of each row: its `gpu_uuid` where recorded, else its device call (same
+    """The card of each row: its `gpu_uuid` where recorded, else its batch of runs (same
     `git_commit`, started within CALL_GAP_S of the run before it at that commit)."""
     out = [r.get("gpu_uuid") or "" for r in rows]
     unnamed = sorted((i for i, r in enumerate(rows) if not out[i]),

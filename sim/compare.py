@@ -496,7 +496,7 @@ def charts(comparisons: list[Comparison], out: Path, scratch: Path) -> dict[str,
             y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms"), color=alt.Color("series:N"),
             strokeDash=alt.StrokeDash("side:N", title=None)).properties(width=300, height=220).facet(
             column=alt.Column("policy:N")).properties(
-            title="The seed's open workload on one H200: real (solid) and simulated (dashed); saturation past ~100 req/s")
+            title="The part0 workload, open, on one H200: real (solid) and simulated (dashed); saturation past ~100 req/s")
         paths["latency-vs-rate"] = save(chart, out / "latency-vs-rate")
     rows = []
     for c in comparisons:

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
     helps = {"poisson": "Poisson arrivals at --rate",
              "gamma": "gamma gaps: --rate and --burstiness (vLLM's definition; 1 = Poisson)",
-             "fixed": "the seed workload: prompts drawn from 16..4096, 256 output tokens",
+             "fixed": "the part0 workload: prompts drawn from p16 ... p4096, 256 output tokens",
              "onoff": "bursts: --rate-on for --on seconds, --rate-off for --off seconds",
              "ramp": "a rate that follows --rates (or a --daily curve) over --duration"}
     for kind, text in helps.items():
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Names: " + ", ".join(PUBLIC_TRACES))
     down.add_argument("name", choices=list(PUBLIC_TRACES), metavar="NAME")
     down.add_argument("--dest", type=Path, default=DEFAULT_DEST, help="folder (default out/traces)")
-    down.add_argument("--no-local", action="store_true", help="download even if ../shared/traces has it")
+    down.add_argument("--no-local", action="store_true", help="download even if the $LLMSIM_TRACES directory has it")
 
     clip = commands.add_parser("clip", help="fit every request into a model's context")
     clip.add_argument("input", type=Path)
