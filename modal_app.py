@@ -1,4 +1,4 @@
-"""The seed's entrypoints on Modal, for users with a Modal account.
+"""The project's entrypoints on Modal, for users with a Modal account.
 
     modal run modal_app.py::main --engine naive
     modal run modal_app.py::main --engine cached
@@ -6,7 +6,10 @@
     modal run modal_app.py::arrivals --rates 1,3,5,7
     modal run modal_app.py::calibrate
 
-Each runs the same code as the local command line on an A10G (the seed's card): `main` is
+    modal run modal_app.py::sweep --args "--trace FILE --policy continuous,chunked --request-rate 5,10"
+    modal run modal_app.py::capacity --args "--trace FILE --slo ttft:p99:200"
+
+Each of the first four runs the same code as the local command line on an A10G (the part0 workload's card): `main` is
 `python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
 continuous engine), `calibrate` is `python -m calibrate sweep` and `heat` followed, on your machine, by
 `python -m calibrate fit --schedule --mixed` (the committed H200 calibration's form but for
@@ -16,8 +19,9 @@ the pulled-back sweep. The function writes under a directory per invocation on t
 `llm-serving-sim-results`; the local entrypoint pulls that directory back and adds its runs to
 `results/<engine>/` (never overwriting a run).
 
-`simulate_point` is the simulator's: `python -m sim sweep ... --modal` and
-`python -m sim capacity ... --modal` map it over their grid points, on CPU containers.
+`simulate_point` is the simulator's: the `sweep` and `capacity` entrypoints run `python -m sim
+sweep` and `python -m sim capacity` with ARGS (their options) here, and map it over the grid
+points, on CPU containers; the simulator never imports this file.
 """
 from __future__ import annotations
 
@@ -159,7 +163,7 @@ def main(engine: str = "cached", prompts: str = ALL_PROMPTS, batch_size: str = "
 @app.local_entrypoint()
 def arrivals(rates: str = "1,3,5,7", requests: int = 50, policy: str = "continuous,chunked", trace: str = "",
              rate_scale: str = "", window: str = "", model: str = "qwen2.5-1.5b"):
-    """The seed's open runs: Poisson arrivals at each rate (or a trace), on the continuous engine."""
+    """The part0 workload's open runs: Poisson arrivals at each rate (or a trace), on the continuous engine."""
     argv = ["--policy", policy, "--model", model]
     argv += ["--trace", trace] if trace else ["--rates", rates, "--requests", str(requests)]
     argv += ["--rate-scale", rate_scale] if rate_scale else []
@@ -176,3 +180,31 @@ def calibrate(model: str = "qwen2.5-1.5b", repeats: int = 3):
     _run_and_pull("sweep", ["--model", model, "--repeats", str(repeats)])
     _run_and_pull("heat", ["--model", model])
     fit_main(["--results", str(REPO / "results"), "--gpu", "a10g", "--schedule", "--mixed"])
+
+
+def simulator_body(command: str, args: str, mapper) -> int:
+    """`python -m sim sweep|capacity ARGS` with its points mapped by `mapper` (the body of the
+    sweep and capacity entrypoints: simulate_point.map)."""
+    import shlex
+
+    from sim.__main__ import main as sim_main
+
+    if command not in ("sweep", "capacity"):
+        raise ValueError(f"unknown simulator command {command!r}; one of sweep, capacity")
+    return sim_main([command, *shlex.split(args)], mapper=mapper)
+
+
+@app.local_entrypoint()
+def sweep(args: str = ""):
+    """`python -m sim sweep ARGS`, its grid points run on Modal's CPU containers."""
+    code = simulator_body("sweep", args, simulate_point.map)
+    if code:
+        raise SystemExit(code)
+
+
+@app.local_entrypoint()
+def capacity(args: str = ""):
+    """`python -m sim capacity ARGS`, each round's probes run on Modal's CPU containers."""
+    code = simulator_body("capacity", args, simulate_point.map)
+    if code:
+        raise SystemExit(code)

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from core import jsontext
 from core.atomic import write_together
-from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
+from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number, run_subcommand
 from core.config import get_preset
 from core.roofline import get_gpu
 from core.runstore import RunStore
@@ -379,7 +380,7 @@ def fit_main(argv: list[str]) -> int:
     doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
     import pandas as pd
     errors_csv = pd.DataFrame([e.__dict__ for e in errors]).to_csv(index=False)
-    write_together({store.root / f"{name}-errors.csv": errors_csv, out: json.dumps(doc, indent=1) + "\n"}, last=out)
+    write_together({store.root / f"{name}-errors.csv": errors_csv, out: jsontext.dumps(doc, indent=1) + "\n"}, last=out)
     print(f"wrote {out} (--cost calibrated:{name} with --model {row['model']}) and {store.root / f'{name}-errors.csv'}")
     print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
           f"error, then all {len(passes)} for the parameters")
@@ -505,15 +506,17 @@ def placeholder(base: dict) -> dict:
                                                      "graph_s": {str(b): 0.0 for b in base["graph_buckets"] or [1]}}}
 
 
-COMMANDS = {"sweep": sweep_main, "heat": heat_main, "fit": fit_main}
+COMMANDS = {"sweep": ("on a GPU: time the engine's passes over a grid of shapes (runs under OUT/calibration/)",
+                      sweep_main),
+            "heat": ("on a GPU: how prompt work slows the passes after it (a heat run under OUT/calibration/)",
+                     heat_main),
+            "fit": ("fit the simulator's cost model on a sweep: the calibration where the simulator finds it, "
+                    "NAME-errors.csv and charts beside the sweep", fit_main)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        print(__doc__)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:])
+    """`python -m calibrate COMMAND ...`: the sub-command's own main runs the rest of the line."""
+    return run_subcommand("python -m calibrate", __doc__, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import write_text
 from core.cli import ArgumentParser
+from core.jsontext import dumps
 from calibrate.replay import engine_runs
 from sim.noise import robust_sigma
 
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         d = json.loads(path.read_text())
         d["host"] = terms
         d["noise"] = (d.get("noise") or {}) | sigmas
-        path.write_text(json.dumps(d, indent=1) + "\n")
+        write_text(path, dumps(d, indent=1) + "\n")
         print(f"wrote \"host\" and the host's \"noise\" into {path}")
     return 0
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 SEED_MAX = 2**63 - 1  # the largest seed torch and numpy both take
 
@@ -85,3 +87,32 @@ def check_writable_dir(path: str | Path, option: str = "--out") -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".write-check.", dir=parent))
     except OSError as e:
         raise ValueError(f"{option} {path}: cannot write in {parent} ({e.strerror})") from None
+
+
+def percentile_metrics(text: str) -> tuple[str, ...]:
+    """An argparse type for `--percentile-metrics` (vLLM's flag): comma-separated names of the
+    latencies whose statistics the table prints, from ttft, tpot, itl, e2el."""
+    from core.metrics import LATENCIES
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+    unknown = [n for n in names if n not in LATENCIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown metric {unknown[0] if unknown else text!r}; "
+                                         f"choose from {', '.join(LATENCIES)}, comma-separated")
+    return names
+
+
+def run_subcommand(prog: str, description: str, commands: dict[str, tuple[str, Callable[[list[str]], int]]],
+                   argv: list[str]) -> int:
+    """A command line of sub-commands, each its own `main(argv)`: `--help` lists them (a line each
+    from `commands`: name -> (help, main)), the sub-command's own options go to its main (so that
+    `PROG NAME --help` is its help), an unknown or missing one is a usage error, exit 2."""
+    parser = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (text, _) in commands.items():
+        sub.add_parser(name, help=text, add_help=False)
+    try:
+        args = parser.parse_args(argv[:1])
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return commands[args.command][1](argv[1:])

@@ -112,6 +112,9 @@ def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
             raise ValueError(f"goodput SLO {spec!r}: {ms!r} is not a number of milliseconds") from None
         if not 0 < value < math.inf:  # NaN too
             raise ValueError(f"goodput SLO {spec!r}: must be a positive, finite number of milliseconds")
+        if name in slos:
+            raise ValueError(f"--goodput: {name} is given twice ({name}:{slos[name] * 1e3:g} and {spec}); "
+                             "give one SLO per metric")
         slos[name] = value / 1e3
     return slos
 
@@ -204,6 +207,9 @@ def format_rejections(records: RequestTable | Iterable[RequestRecord], examples:
     return "\n".join(lines)
 
 
+LATENCIES = ("ttft", "tpot", "itl", "e2el")  # the metrics with percentiles, vLLM's --percentile-metrics names
+
+
 def format_left_out(left_out: Mapping[str, Sized]) -> str | None:
     """The requests a trace's loader left out, for the metrics table: "3 (2 zero output tokens,
     1 zero prompt tokens)", or None when it left none out. `left_out`: reason -> the rows."""
@@ -225,10 +231,10 @@ def left_out_json(left_out: Mapping[str, Iterable[int]]) -> dict[str, dict]:
 
 
 def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: Iterable[float] | None = None,
-                   left_out: Mapping[str, Sized] | None = None) -> str:
-    """A text table laid out like vLLM's benchmark printout: each latency's mean, median and the
-    percentiles `shown` (default: every one computed but the median); a line for the requests the
-    trace's loader `left_out` (reason -> rows), when it left any out."""
+                   latencies: Iterable[str] = LATENCIES, left_out: Mapping[str, Sized] | None = None) -> str:
+    """A text table laid out like vLLM's benchmark printout: each of the `latencies`' mean, median
+    and the percentiles `shown` (default: every one computed but the median); a line for the
+    requests the trace's loader `left_out` (reason -> rows), when it left any out."""
     lines = [f"{title:=^60}"]
 
     def kv(label: str, value, fmt: str = "{:<10.2f}") -> None:
@@ -250,6 +256,8 @@ def format_metrics(m: Metrics, title: str = "Serving Benchmark Result", shown: I
     kv("Total Token throughput (tok/s):", m.total_token_throughput)
     for name, header in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
                          ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        if name not in latencies:
+            continue
         d: Distribution = getattr(m, name)
         lines.append(f"{header:-^60}")
         kv(f"Mean {name.upper()} (ms):", d.mean * 1e3)

@@ -24,6 +24,8 @@ from pathlib import Path
 import zlib
 from typing import Callable, Iterable, Iterator, Literal, TextIO
 
+from core.jsontext import dumps
+
 PassKind = Literal["prefill", "decode", "mixed"]
 
 
@@ -220,13 +222,13 @@ class RowWriter:
         """A row to the JSONL file, not yet flushed (`flush` does; `write` does both); only for
         a writer without a CSV beside it."""
         assert self.csv_path is None, "append writes the JSONL file only"
-        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.write(dumps(row) + "\n")
 
     def flush(self) -> None:
         self._jsonl.flush()
 
     def write(self, row: dict) -> None:
-        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.write(dumps(row) + "\n")
         self._jsonl.flush()
         if self.csv_path is None:
             return
@@ -289,7 +291,7 @@ def write_jsonl(records: Iterable, path: str | Path) -> None:
     """Write records (dataclasses or dicts) to a JSONL file (gzip-compressed when the name ends
     in .gz), replacing it atomically."""
     path = Path(path)
-    text = "".join(json.dumps(r if isinstance(r, dict) else to_dict(r)) + "\n" for r in records)
+    text = "".join(dumps(r if isinstance(r, dict) else to_dict(r)) + "\n" for r in records)
 
     def write(tmp: Path) -> None:
         opener = gzip.open if path.suffix == ".gz" else open

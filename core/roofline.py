@@ -57,11 +57,17 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 
+GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm"}  # the short names users type for the presets
+
+
 def get_gpu(name: str) -> GPUSpec:
+    """The GPU preset `name` (or an alias of one: a100, h100), case-insensitive."""
+    key = name.lower()
     try:
-        return GPUS[name.lower()]
+        return GPUS[GPU_ALIASES.get(key, key)]
     except KeyError:
-        raise ValueError(f"unknown GPU preset {name!r}; known: {', '.join(GPUS)}") from None
+        aliases = ", ".join(f"{a} ({p})" for a, p in GPU_ALIASES.items())
+        raise ValueError(f"unknown GPU preset {name!r}; known: {', '.join(GPUS)}; aliases: {aliases}") from None
 
 
 @dataclass(frozen=True)

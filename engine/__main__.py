@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.cli import ArgumentParser
+from core.cli import ArgumentParser, run_subcommand
 
 
 def roofline_main(argv: list[str]) -> int:
@@ -12,7 +12,7 @@ def roofline_main(argv: list[str]) -> int:
     from core.roofline import GPUS, get_gpu, roofline
 
     p = ArgumentParser(prog="python -m engine roofline",
-                       description="The seed's five numbers for a model on a GPU, from specs alone.")
+                       description="The five roofline numbers for a model on a GPU, from specs alone.")
     p.add_argument("--model", default="qwen2.5-1.5b", help=f"preset ({', '.join(PRESETS)}) or checkpoint directory")
     p.add_argument("--gpu", default="all", help=f"GPU preset ({', '.join(GPUS)}) or 'all' (default)")
     p.add_argument("--dtype-bytes", type=int, default=2, help="bytes per weight (default 2: fp16)")
@@ -61,26 +61,25 @@ def generate_main(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"bench": "closed-run benchmark (TTFT, ITL, tok/s; results/<engine>/runs.jsonl)",
-            "serve-trace": "open run: replay a trace in real time on the continuous engine",
-            "roofline": "the five roofline numbers for a model on a GPU",
-            "generate": "generate text from a prompt"}
+def bench_main(argv: list[str]) -> int:
+    from engine.bench import main
+    return main(argv)
+
+
+def serve_main(argv: list[str]) -> int:
+    from engine.serve import main
+    return main(argv)
+
+
+COMMANDS = {"bench": ("closed-run benchmark (TTFT, ITL, tok/s; results/<engine>/runs.jsonl)", bench_main),
+            "serve-trace": ("open run: replay a trace in real time on the continuous engine", serve_main),
+            "roofline": ("the five roofline numbers for a model on a GPU", roofline_main),
+            "generate": ("generate text from a prompt", generate_main)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m engine {" + ",".join(COMMANDS) + "} [--help]\n")
-        for name, text in COMMANDS.items():
-            print(f"  {name:<12}{text}")
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    if argv[0] == "bench":
-        from engine.bench import main as bench_main
-        return bench_main(argv[1:])
-    if argv[0] == "serve-trace":
-        from engine.serve import main as serve_main
-        return serve_main(argv[1:])
-    return {"roofline": roofline_main, "generate": generate_main}[argv[0]](argv[1:])
+    """`python -m engine COMMAND ...`: the sub-command's own main runs the rest of the line."""
+    return run_subcommand("python -m engine", __doc__, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

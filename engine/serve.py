@@ -89,11 +89,11 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m engine serve-trace", description=__doc__.split("\n\n")[0])
     w = p.add_argument_group("workload (one of --rates and --trace)")
     w.add_argument("--rates", type=listed(float), default=None,
-                   help="the seed's open workload at each of these rates (req/s), one run each, e.g. 1,3,5,7")
-    w.add_argument("--requests", type=COUNT, default=None, help="seed workload: requests per rate (default 60)")
+                   help="the part0 workload (prompts p16 ... p4096, 256 greedy tokens), open, at each of these rates (req/s), one run each, e.g. 1,3,5,7")
+    w.add_argument("--requests", type=COUNT, default=None, help="the part0 workload: requests per rate (default 60)")
     w.add_argument("--duration", type=number(above=0, high=MAX_ARRIVAL_S), default=None,
-                   help="seed workload: or seconds of arrivals per rate")
-    w.add_argument("--output-tokens", type=TOKENS, default=256, help="seed workload: tokens per request (256)")
+                   help="the part0 workload: or seconds of arrivals per rate")
+    w.add_argument("--output-tokens", type=TOKENS, default=256, help="the part0 workload: tokens per request (256)")
     w.add_argument("--trace", default=None, help="a trace file, or a public trace's name (azure-conv-2023)")
     w.add_argument("--window", default=None, metavar="START:END", help="trace: only [START, END) seconds")
     w.add_argument("--rate-scale", type=listed(float), default=[1.0],
@@ -143,7 +143,7 @@ def build_parser() -> ArgumentParser:
 def workloads(args, vocab: int, checkpoint: str | None) -> list[tuple[str, dict, Trace]]:
     """(label, description, trace) of every run the arguments ask for (before the policy axis)."""
     if (args.rates is None) == (args.trace is None):
-        raise ValueError("give one workload: --rates (the seed's open workload) or --trace")
+        raise ValueError("give one workload: --rates (the part0 workload, open) or --trace")
     out = []
     if args.rates is not None:
         if args.requests is not None and args.duration is not None:

@@ -13,17 +13,19 @@ Every option of a run is a field of `sim.build.RunSpec`, declared there once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from core.cli import ArgumentParser, goodput_slo, metric_percentiles
-from core.metrics import (DEFAULT_PERCENTILES, compute_metrics, format_metrics, format_rejections, left_out_json,
-                          format_replications, parse_goodput, summarize_replications)
+from core.atomic import write_text
+from core.cli import ArgumentParser, check_writable_dir, goodput_slo, metric_percentiles, percentile_metrics
+from core.jsontext import dumps
+from core.metrics import (DEFAULT_PERCENTILES, LATENCIES, compute_metrics, format_metrics, format_rejections,
+                          format_replications, left_out_json, parse_goodput, summarize_replications)
 from core.records import records_to_csv, write_jsonl
-from sim.build import (AXES, RunSpec, check_spec, check_trace, cli_fields, load_trace_file, simulate_spec,
-                       trace_left_out)
+from sim.build import (AXES, RunSpec, check_order, check_spec, check_trace, cli_fields, load_trace_file, option_flags,
+                       simulate_spec, trace_left_out)
+from sim.fanout import check_remote_cost
 from sim.output import DEFAULT_FORMATS, FORMATS, atomic_dir, check_out_dir, parse_formats, read_left_out, \
     read_requests, write_requests
 from sim.plot import add_plot_args, cmd_plot
@@ -48,10 +50,10 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
     options about the output."""
     for f in cli_fields():
         meta = f.metadata
-        flag = "--" + f.name.replace("_", "-")
+        flags = option_flags(f)
         text = meta["help"]
         if meta["type"] is bool:
-            p.add_argument(flag, action="store_true", help=text)
+            p.add_argument(*flags, dest=f.name, action="store_true", help=text)
             continue
         kind = meta["type"]
         if sweep and meta["axis"]:
@@ -59,13 +61,13 @@ def add_run_args(p: argparse.ArgumentParser, sweep: bool) -> None:
         if f.default is not None and not (sweep and meta["axis"]):
             text += f" (default {f.default})"
         choices = meta["choices"] if not (sweep and meta["axis"]) else None
-        p.add_argument(flag, type=kind, default=f.default, choices=choices, required=f.name == "trace",
-                       help=text)
+        p.add_argument(*flags, dest=f.name, type=kind, default=f.default, choices=choices,
+                       required=f.name == "trace", metavar=f.name.upper() if len(flags) > 1 else None, help=text)
     p.add_argument("--no-fast-forward", dest="fast_forward", action="store_false",
                    help="step every pass (slower): fast-forward gives the same results, to float rounding, "
                         "under every option (heat, host time, --overlap, --disaggregate, every router)")
     p.add_argument("--replications", type=int, default=1,
-                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --rate, power-of-two, --noise)")
+                   help="runs with seeds seed, seed+1, ... (only for runs that draw at random: --request-rate, power-of-two, --noise)")
     p.add_argument("--goodput", nargs="+", type=goodput_slo, default=[], metavar="NAME:MS",
                    help="SLOs for goodput, as vLLM: ttft:MS tpot:MS e2el:MS")
     if not sweep:
@@ -88,13 +90,16 @@ def check_replications(spec: RunSpec, replications: int) -> None:
     if replications > 1 and not spec.draws_at_random:
         raise ValueError("--replications: this run draws nothing at random (a trace replayed at its own "
                          "times, a deterministic router), so every replication would be the same; resample "
-                         "the arrivals with --rate, or use --router power-of-two")
+                         "the arrivals with --request-rate, or use --router power-of-two")
 
 
 def add_percentiles_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric-percentiles", type=metric_percentiles, default=None, metavar="P[,P...]",
                    help="the percentiles the table prints, as vLLM's flag (e.g. 25,50,75,99; default 90,99); "
                         "metrics.json keeps them beside p50, p90 and p99")
+    p.add_argument("--percentile-metrics", type=percentile_metrics, default=LATENCIES, metavar="NAME[,NAME...]",
+                   help="the latencies the table shows, as vLLM's flag: ttft, tpot, itl, e2el, comma-separated "
+                        "(default all four; metrics.json keeps every one)")
 
 
 def percentiles(chosen: tuple[float, ...] | None) -> tuple[float, ...]:
@@ -110,6 +115,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
+    if args.save_result:
+        check_writable_dir(args.result_dir, "--result-dir")
     spec, n = check_trace(spec)  # every row checked here, before any work; then the run streams it
     left_out = trace_left_out(spec)
     keep_times = {"auto": n <= SMALL_TRACE, "on": True, "off": False}[args.token_times]
@@ -125,7 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows.append(metrics.as_row())
         results.append((run, result))
         if i == 0:
-            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles, left_out))
+            print(format_metrics(metrics, f" {spec.policy}, {where}, {spec.cost} ", args.metric_percentiles,
+                                 args.percentile_metrics, left_out))
             print(f"simulated {result.num_passes:,} passes to t={result.end_s:,.1f} s in {result.wall_s:.2f} s wall"
                   f"{'' if log_passes else ' (pass records off)'}")
             if spec.prefix_caching:
@@ -137,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(refused, file=sys.stderr)
     if args.replications > 1:
         print(format_replications(summarize_replications(rows), args.replications))
+    if args.save_result:
+        save_result(args.result_dir, results[0][0], rows[0])
     if args.out is not None:
         with atomic_dir(args.out) as tmp:
             for i, ((run, result), row) in enumerate(zip(results, rows)):
@@ -146,12 +156,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def save_result(result_dir: Path, run: RunSpec, row: dict) -> Path:
+    """`--save-result`: the run's metrics and choices as one JSON file named as vLLM names its
+    (POLICY-RATEqps-MODEL-DATE.json; RATE "trace" for the trace's own arrivals)."""
+    import datetime as dt
+    now = dt.datetime.now()
+    rate = f"{run.rate:g}" if run.rate is not None else "trace"
+    path = result_dir / f"{run.policy}-{rate}qps-{run.model}-{now:%Y%m%d-%H%M%S}.json"
+    result_dir.mkdir(parents=True, exist_ok=True)
+    write_text(path, dumps({"date": f"{now:%Y%m%d-%H%M%S}", "model_id": run.model, "request_rate": run.rate,
+                            "burstiness": run.burstiness, "num_prompts": row.get("completed", 0) + row.get("rejected", 0),
+                            "spec": run.__dict__, **row}, indent=1, default=str))
+    print(f"result saved to {path}")
+    return path
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     """The metrics table of records a run wrote, in any of the formats `--format` writes."""
     slos = parse_goodput(args.goodput)
     records = read_requests(args.run)
     print(format_metrics(compute_metrics(records, slos, percentiles(args.metric_percentiles)), f" {args.run} ",
-                         args.metric_percentiles, read_left_out(args.run)))
+                         args.metric_percentiles, args.percentile_metrics, read_left_out(args.run)))
     if refused := format_rejections(records):
         print(refused, file=sys.stderr)
     return 0
@@ -166,7 +191,7 @@ def write_run(out: Path, run: RunSpec, result, row: dict, formats: list[str], le
         write_jsonl(result.passes, out / "passes.jsonl")
         if "csv" in formats:
             records_to_csv(result.passes, out / "passes.csv")
-    (out / "metrics.json").write_text(json.dumps(
+    write_text(out / "metrics.json", dumps(
         {"spec": run.__dict__, "metrics": row, "left_out": left_out_json(left_out or {}), "passes": result.num_passes,
          "wall_s": result.wall_s},
         indent=1, default=str))
@@ -178,6 +203,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     axes = {k: getattr(args, k) for k in AXES}
     axes = {k: (v if isinstance(v, list) else [v]) for k, v in axes.items() if v is not None}
     base = spec_from_args(args, **{k: v[0] for k, v in axes.items()})
+    if args.mapper is not None:  # a cost file here is not in the mapper's containers
+        for cost in axes.get("cost", [base.cost]):
+            check_remote_cost(cost)
     specs = grid(base, args.replications, **axes)  # every point is checked here, before any work
     if args.replications < 1:
         raise ValueError(f"--replications must be at least 1, got {args.replications}")
@@ -190,13 +218,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_out_dir(args.out, args.overwrite, args.resume)
         if args.resume:
             check_resume(args.out, record)
-    load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
+    if args.resume and args.out is None:
+        raise ValueError("--resume: name the --out directory whose runs.csv to resume")
+    trace = load_trace_file(base.trace, base.trace_format)  # a bad trace fails here, before the progress bar
     for point in {s.with_(seed=base.seed) for s in specs}:  # and a bad point (a KV cache too small...)
         check_spec(point)
-    if args.modal:
-        from sim.fanout import check_modal
-        check_modal(base)
-    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, modal=args.modal,
+        check_order(point, trace)
+    rows, complete = sweep(specs, slos, jobs=args.jobs, out=args.out, resume=args.resume, mapper=args.mapper,
                             record=record)
     print_summary(rows, axes, slos, args.out)
     return 0 if complete else 130
@@ -204,7 +232,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     from sim import capacity
-    from sim.fanout import check_modal, runner
+    from sim.fanout import runner
     slos, goodput = capacity.parse_slos(args.slo), parse_goodput(args.goodput)
     searched = capacity.SEARCHES[args.search]
     given = {k: getattr(args, k) for k in AXES if isinstance(getattr(args, k), list)}  # the flags given
@@ -214,13 +242,16 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     check_replications(points[0], args.replications)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.modal:
-        check_modal(base)
+    if args.mapper is not None:
+        for cost in axes.get("cost", [base.cost]):
+            check_remote_cost(cost)
+    trace = load_trace_file(base.trace, base.trace_format)
     for point in points:  # a bad point (a KV cache too small...) fails here, as a sweep's does, before any probe
         check_spec(point)
+        check_order(point, trace)
     if args.out is not None:
         check_out_dir(args.out, args.overwrite)
-    with runner(args.jobs, args.modal) as run:
+    with runner(args.jobs, args.mapper) as run:
         searches = capacity.run_searches(points, searched, slos, run, start=start, replications=args.replications,
                                          tolerance=args.tolerance, floor=floor, goodput=goodput)
     capacity.report(searches, searched, axes, slos, args.replications, args.tolerance, args.out)
@@ -351,7 +382,9 @@ def cmd_card_offset(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, mapper=None) -> int:
+    """`python -m sim COMMAND ...`; `mapper` (a function's `.map`: modal_app.py's simulate_point)
+    runs a sweep's or capacity search's points instead of local processes."""
     from sim.compare import DEFAULT_REPEATS
 
     parser = ArgumentParser(prog="python -m sim", description=__doc__,
@@ -367,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--format", default=DEFAULT_FORMATS, metavar="FMT[,FMT]",
                      help=f"files for the request records under --out: {', '.join(FORMATS)} (default "
                           f"{DEFAULT_FORMATS}; parquet needs pyarrow: pip install 'llm-serving-sim[parquet]')")
+    run.add_argument("--save-result", action="store_true",
+                     help="also save the run's metrics as one JSON file, as vLLM's flag: "
+                          "POLICY-RATEqps-MODEL-YYYYMMDD-HHMMSS.json in --result-dir")
+    run.add_argument("--result-dir", type=Path, default=Path("."),
+                     help="where --save-result puts its file (default: the current directory)")
     sw = sub.add_parser("sweep", help="simulate a grid of configurations in parallel")
     add_run_args(sw, sweep=True)
     sw.add_argument("--resume", action="store_true",
@@ -387,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in (sw, cap):
         p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
         p.add_argument("--modal", action="store_true",
-                       help="run the points on Modal (modal_app.py simulate_point, .map) instead of local processes")
+                       help=f"no longer here: run the points on Modal with modal run modal_app.py::{p.prog.split()[-1]} "
+                            "--args \"...\"")
     cmp = sub.add_parser("compare", help="the simulator against the engine's open runs (results/continuous)",
                          description="Replay every open run under RESULTS/continuous in the simulator (same requests, "
                                      "policy, limits, replicas) and write the error table, the targets and a report "
@@ -439,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     add_percentiles_arg(met)
     try:
         args = parser.parse_args(argv)
+        args.mapper = mapper
+        if getattr(args, "modal", False):
+            raise ValueError(f"--modal: run it on Modal with modal run modal_app.py::{args.command} --args \"...\" "
+                             "(the same options, without --modal)")
         if args.command == "compare":
             return cmd_compare(args)
         if args.command == "capacity":

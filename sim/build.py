@@ -37,12 +37,20 @@ MIN_GBS = 1e-6
 MAX_REPLICAS = 100_000  # an idle replica holds about 17 KB: 10,000 on 300 requests peak at about 170 MB
 
 
-def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None, high=None):
+def option(default, help: str, *, type=None, choices=None, axis: bool = False, low=None, above=None, high=None,
+           flags: tuple[str, ...] = ()):
     """A RunSpec field that is also a command-line option: `help` and `choices` for --help,
     `type` to parse it, `axis` when a sweep may vary it, and its bounds (`low` <= value, or
-    `above` < value; value <= `high`) checked for every run."""
-    meta = {"help": help, "type": type, "choices": choices, "axis": axis, "low": low, "above": above, "high": high}
+    `above` < value; value <= `high`) checked for every run. `flags` names the option when its
+    name is not the field's (vLLM's first, then the older names kept as aliases)."""
+    meta = {"help": help, "type": type, "choices": choices, "axis": axis, "low": low, "above": above, "high": high,
+            "flags": flags}
     return field(default=default, metadata=meta)
+
+
+def option_flags(f) -> tuple[str, ...]:
+    """The option strings of a RunSpec field, vLLM's name first."""
+    return f.metadata["flags"] or ("--" + f.name.replace("_", "-"),)
 
 
 @dataclass(frozen=True)
@@ -88,12 +96,17 @@ class RunSpec:
     kv_link_gbs: float = option(50.0, "disaggregation: KV transfer bandwidth, GB/s", type=float, low=MIN_GBS)
     kv_link_latency_ms: float = option(0.0, "disaggregation: KV transfer latency, ms", type=float, low=0,
                                        high=MAX_ARRIVAL_S * 1e3)
-    rate: float | None = option(None, "Poisson arrivals at this many req/s (seeded), lengths from the trace",
-                                type=float, axis=True, above=0)
+    rate: float | None = option(None, "requests per second: new arrival times drawn at this rate (Poisson, or gamma "
+                                      "with --burstiness; seeded), the lengths taken from the trace in its order",
+                                type=float, axis=True, above=0, flags=("--request-rate", "--rate"))
+    burstiness: float = option(1.0, "with --request-rate: how bursty the arrivals are, as vLLM's flag (gamma gaps "
+                                    "of this shape: 1 Poisson, below 1 burstier, above 1 steadier)", type=float,
+                               above=0)
     rate_scale: float = option(1.0, "replay the trace's own arrivals this many times faster", type=float,
                                axis=True, above=0)
-    limit: int | None = option(None, "only the first N requests", type=int, low=1)
-    seed: int = option(0, "seed of everything drawn at random (--rate arrivals, power-of-two)", type=int, low=0)
+    limit: int | None = option(None, "replay only the trace's first N requests", type=int, low=1,
+                               flags=("--num-prompts", "--limit"))
+    seed: int = option(0, "seed of everything drawn at random (--request-rate arrivals, power-of-two, --noise)", type=int, low=0)
     overlap: bool = option(False, "model the engine's overlap mode: each pass planned while the one before it "
                                   "runs, so an arrival waits for one more pass", type=bool)
     noise: bool = option(False, "scatter pass and host times as the calibration measured the engine's own (its "
@@ -112,7 +125,7 @@ class RunSpec:
             meta, value = f.metadata, getattr(self, f.name)
             if not meta or value is None:
                 continue
-            flag = "--" + f.name.replace("_", "-")
+            flag = "/".join(option_flags(f))  # as argparse names it: --request-rate/--rate
             if meta["choices"] is not None and value not in meta["choices"]:
                 raise ValueError(f"{flag}: unknown {f.name.replace('_', ' ')} {value!r}; choose from "
                                  f"{', '.join(meta['choices'])}")
@@ -134,6 +147,8 @@ class RunSpec:
             except ValueError as e:
                 raise ValueError(f"--gpu: {e}") from None
         self.split_disaggregation()  # checks the P:D form
+        if self.burstiness != 1.0 and self.rate is None:
+            raise ValueError("--burstiness shapes the arrivals --request-rate draws; give --request-rate too")
         if self.cost == DEFAULT_COST:  # (frozen: set once, here, so every copy and record names the model used)
             object.__setattr__(self, "cost", default_cost(self.model, self.gpu))
 
@@ -206,8 +221,20 @@ def check_trace(spec: RunSpec) -> tuple[RunSpec, int]:
         except NeedsSorting:
             pass
     if n is None:
-        n = len(load_trace_file(spec.trace, spec.trace_format))
+        trace = load_trace_file(spec.trace, spec.trace_format)
+        check_order(spec, trace)
+        n = len(trace)
+    else:
+        check_order(spec, next(iter_trace(path, spec.trace_format), None))
     return spec, min(n, spec.limit or n)
+
+
+def check_order(spec: RunSpec, trace: Trace | None) -> None:
+    """--order priority needs a trace with priority classes (else every request is class 0 and
+    the run is FCFS without saying so)."""
+    if spec.order == "priority" and trace is not None and trace.priority is None:
+        raise ValueError(f"--order priority: {spec.trace} has no priority column, so every request would "
+                         "have the same class; add one, or use --order fcfs or spf")
 
 
 @lru_cache(maxsize=4)
@@ -294,11 +321,11 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     if trace is None and spec.stream:
         count = count_trace_file(spec.trace, spec.trace_format) if spec.rate is not None else None
         trace = shape_chunks(iter_trace(resolve_trace(spec.trace), spec.trace_format), spec.rate, spec.rate_scale,
-                             spec.limit, spec.seed, count)
+                             spec.limit, spec.seed, count, spec.burstiness)
     else:
         if trace is None:
             trace = load_trace_file(spec.trace, spec.trace_format)
-        trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed)
+        trace = shape_arrivals(trace, spec.rate, spec.rate_scale, spec.limit, spec.seed, spec.burstiness)
     disaggregate = None
     if prefill_replicas:
         disaggregate = Disaggregation(prefill_replicas, decode_replicas, make_decode_scheduler,

@@ -1,14 +1,15 @@
-"""Where grid points run: worker processes on this machine (the default), or Modal (`--modal`).
+"""Where grid points run: worker processes on this machine (the default), or a mapper given to it.
 
 A runner is a function `run(specs, slos)` that yields each spec's row (`run_point`: the axes'
 values, the seed, the metrics) as it finishes, in any order. `runner(jobs)` keeps `jobs` worker
-processes for its with-block; `runner(modal=True)` sends each point, as a plain dict, to
-`simulate_point` in modal_app.py through `.map`, which runs `point_row`, the same function on
-the same points. The sweep and the capacity search take either.
+processes for its with-block; `runner(mapper=...)` sends each point, as a plain dict, to a
+function's `.map`: modal_app.py's `sweep` and `capacity` entrypoints pass `simulate_point.map`,
+which runs `point_row`, the same function on the same points. The sweep and the capacity search
+take either; the simulator never imports Modal or modal_app.py.
 
-Modal is imported only when asked for; a Modal container has the code but not this machine's
-files, so the trace travels with each point and the cost model must be a preset or a committed
-calibration (`calibrated:NAME`), which the image carries.
+A Modal container has the code but not this machine's files, so the trace travels with each
+point and the cost model must be a preset or a committed calibration (`calibrated:NAME`), which
+the image carries (`check_remote_cost`).
 """
 from __future__ import annotations
 
@@ -122,51 +123,16 @@ def mapped_runner(mapper: Callable[..., Iterable[dict]]) -> Runner:
 def check_remote_cost(cost: str) -> None:
     kind, sep, _ = cost.partition(":")
     if not (sep and kind in ("roofline", "constant", "calibrated")):
-        raise ValueError(f"--modal: --cost {cost!r} is a file on this machine, which Modal's containers do not "
+        raise ValueError(f"modal_app.py: --cost {cost!r} is a file on this machine, which Modal's containers do not "
                          f"have; commit it under results/calibration/ and name it calibrated:NAME")
 
 
-def import_modal_app():
-    """modal_app.py, imported only here (the simulator never imports modal at import time), or a
-    one-line error naming what is missing."""
-    try:
-        import modal  # noqa: F401
-    except ImportError:
-        raise ValueError("--modal needs the modal package (pip install -e '.[modal]') and a Modal account "
-                         "(modal setup)") from None
-    try:
-        import modal_app
-    except ImportError as e:
-        raise ValueError(f"--modal: cannot import modal_app.py ({e}); run python -m sim from the repository's "
-                         "root") from None
-    return modal_app
-
-
-def check_modal(spec: RunSpec) -> None:
-    """Before any work: can `spec`'s points run on Modal from here?"""
-    check_remote_cost(spec.cost)
-    import_modal_app()
-
-
 @contextlib.contextmanager
-def modal_map() -> Iterator[Callable[..., Iterable[dict]]]:
-    """modal_app.simulate_point's `.map`, inside an ephemeral run of the app."""
-    modal_app = import_modal_app()
-    import modal
-    try:
-        modal.Client.from_env()  # credentials and the connection, checked before any work
-    except modal.exception.Error as e:
-        raise ValueError(f"--modal: {e}") from None
-    with modal.enable_output(), modal_app.app.run():
-        yield modal_app.simulate_point.map
-
-
-@contextlib.contextmanager
-def runner(jobs: int | None = None, modal: bool = False) -> Iterator[Runner]:
-    """Local worker processes, or Modal when `modal`."""
-    if not modal:
+def runner(jobs: int | None = None, mapper: Callable[..., Iterable[dict]] | None = None) -> Iterator[Runner]:
+    """Local worker processes, or `mapped_runner(mapper)` when given one (modal_app.py's sweep and
+    capacity entrypoints pass simulate_point.map)."""
+    if mapper is None:
         with local_runner(jobs) as run:
             yield run
         return
-    with modal_map() as mapper:
-        yield mapped_runner(mapper)
+    yield mapped_runner(mapper)

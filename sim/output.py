@@ -32,10 +32,32 @@ DEFAULT_FORMATS = "jsonl,csv"
 def check_out_dir(out: Path, overwrite: bool = False, resume: bool = False) -> None:
     """Refuse an --out that is a file, a non-empty directory (unless overwrite/resume), or a place
     this process cannot write to; before any work is done."""
+    name_max = 255
+    with contextlib.suppress(OSError, ValueError):
+        name_max = os.pathconf(existing_parent(out), "PC_NAME_MAX")
+    too_long = [part for part in out.parts if len(part) > name_max - RUN_TMP_EXTRA]
+    if too_long:
+        raise ValueError(f"--out: the name {too_long[0][:40]}... is {len(too_long[0])} characters long; at most "
+                         f"{name_max - RUN_TMP_EXTRA} (the file system's {name_max}, less room for the run's "
+                         "temporary directory beside it)")
+    for place in (out, *out.parents):
+        if place.is_symlink() and not place.exists():
+            raise ValueError(f"--out {out}: {place} is a symbolic link to nowhere (or a loop); name a directory")
     if out.is_dir() and any(out.iterdir()) and not (overwrite or resume):
         raise ValueError(f"--out {out}: directory is not empty; pass --overwrite to replace what is there")
     check_writable_dir(out)
     check_writable_dir(out.parent, "--out")  # where the run's temporary directory goes
+
+
+RUN_TMP_EXTRA = 32  # what atomic_dir's temporary name adds to --out's: ".NAME.<8 random>.partial", ".NAME.old.<pid>"
+
+
+def existing_parent(path: Path) -> Path:
+    """The nearest directory above `path` (or `path` itself) that exists."""
+    parent = path.absolute()
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent
 
 
 @contextlib.contextmanager
@@ -105,11 +127,11 @@ def read_requests(path: str | Path) -> RequestTable:
     if path.is_dir():
         for name in ("requests.parquet", "requests.jsonl", "requests.csv"):
             if (path / name).exists():
-                return read_table(path / name)
+                return _read_records_file(path / name)
         raise ValueError(f"{path}: no requests.parquet, requests.jsonl or requests.csv (not a run's --out directory)")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return read_table(path)
+    return _read_records_file(path)
 
 
 def read_left_out(path: str | Path) -> dict[str, list[int]]:
@@ -121,3 +143,21 @@ def read_left_out(path: str | Path) -> dict[str, list[int]]:
         return {}
     left_out = json.loads(meta.read_text()).get("left_out") or {}
     return {reason: kind.get("lines", []) for reason, kind in left_out.items()}
+
+
+def _read_records_file(path: Path) -> RequestTable:
+    """One request-records file, any damage or foreign content refused naming the file and what is wrong."""
+    try:
+        table = read_table(path)
+    except KeyError as e:
+        raise ValueError(f"{path}: not request records written by python -m sim run (no field {e.args[0]})") from None
+    except TypeError as e:
+        what = str(e).split(": ", 1)[-1].replace("RequestRecord.__init__() ", "").replace(
+            "core.records.RequestRecord() ", "")
+        raise ValueError(f"{path}: not request records written by python -m sim run ({what})") from None
+    except ValueError as e:
+        text = str(e)
+        raise ValueError(text if str(path) in text else f"{path}: not request records ({text})") from None
+    if not len(table):
+        raise ValueError(f"{path}: holds no request records")
+    return table

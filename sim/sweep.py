@@ -177,16 +177,17 @@ class _RowFile:
 
 def sweep(specs: list[RunSpec], slos: dict[str, float] | None = None, jobs: int | None = None,
           progress: bool = True, out: Path | None = None, resume: bool = False,
-          modal: bool = False, record: dict | None = None) -> tuple[list[dict], bool]:
-    """Run every spec, `jobs` at a time in worker processes (1: in this process), or on Modal
-    (`sim.fanout`), appending each row to out/runs.csv as it finishes (`record`: out/sweep.json,
-    see `sweep_record`). Returns the rows (with those already there when resuming) and whether
-    the sweep completed; Ctrl-C stops the workers at once and keeps what finished."""
+          mapper=None, record: dict | None = None) -> tuple[list[dict], bool]:
+    """Run every spec, `jobs` at a time in worker processes (1: in this process), or through
+    `mapper` (`sim.fanout.runner`: modal_app.py's simulate_point.map), appending each row to
+    out/runs.csv as it finishes (`record`: out/sweep.json, see `sweep_record`). Returns the rows
+    (with those already there when resuming) and whether the sweep completed; Ctrl-C stops the
+    workers at once and keeps what finished."""
     runs_csv = out / "runs.csv" if out is not None else None
     rows: list[dict] = []
     complete, total = True, len(specs)
     try:
-        with runner(jobs, modal) as run:  # a refusal (Modal: no account) comes before anything is written
+        with runner(jobs, mapper) as run:
             if out is not None:
                 _start(out, record, resume)
             if resume and runs_csv is not None:

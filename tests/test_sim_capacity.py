@@ -1,6 +1,5 @@
 """`python -m sim capacity`: bisection against thresholds worked out by hand, replications and
 their confidence intervals, clear errors, and the --modal fan-out with an injected mapper."""
-import contextlib
 import dataclasses
 import math
 import subprocess
@@ -158,7 +157,7 @@ def test_replications_of_a_deterministic_replay_are_refused(evenly, capsys):
     (["--slo", "ttft:p99:10", "--search", "replicas", "--disaggregate", "1:1"], "not with --disaggregate"),
     (["--slo", "ttft:p99:10", "--tolerance", "0"], "--tolerance must be between 0 and 1"),
     (["--slo", "ttft:p99:10", "--search", "warp"], "argument --search: invalid choice: 'warp'"),
-    (["--slo", "ttft:p99:10", "--modal", "--cost", "my.json"], "--modal: --cost 'my.json' is a file on this machine"),
+    (["--slo", "ttft:p99:10", "--modal"], "--modal: run it on Modal with modal run modal_app.py::capacity"),
     (["--slo", "ttft:p99:10", "--kv-blocks", "10"], "--kv-blocks 10 holds 160 tokens"),
 ])
 def test_bad_input_is_one_line_and_exit_2(evenly, tmp_path, capsys, args, message):
@@ -174,46 +173,60 @@ def test_parse_slos_gives_the_columns_of_the_metrics_rows():
         "p99_ttft_ms", "mean_tpot_ms", "p50_itl_ms"]
 
 
-@pytest.fixture
-def fake_modal(monkeypatch):
-    """modal_app.simulate_point's .map replaced by a mapper that records what it is given and runs
-    the function's body here."""
-    pytest.importorskip("modal")
-    calls = []
+class FakeMap:
+    """modal_app.simulate_point's .map stood in for by a mapper that records what it is given and
+    runs the function's body here."""
 
-    def mapper(spec_dicts, kwargs):
-        calls.append((spec_dicts, kwargs))
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, spec_dicts, kwargs):
+        self.calls.append((spec_dicts, kwargs))
         return [point_row(d, **kwargs) for d in spec_dicts]
 
-    monkeypatch.setattr(sim.fanout, "modal_map", contextlib.contextmanager(lambda: (yield mapper)))
-    return calls
 
-
-def test_modal_capacity_maps_the_same_probes(evenly, tmp_path, capsys, fake_modal):
+def test_mapped_capacity_maps_the_same_probes(evenly, tmp_path, capsys):
     args = ["capacity", "--trace", str(evenly), "--search", "rate", "--slo", "ttft:p99:10", "--replications", "2",
             "--policy", "continuous,chunked", *ONE_PER_PASS]
     assert main([*args, "--out", str(tmp_path / "local")]) == 0
     local_out = capsys.readouterr().out
-    assert main([*args, "--modal", "--out", str(tmp_path / "modal")]) == 0
+    mapper = FakeMap()
+    assert main([*args, "--out", str(tmp_path / "modal")], mapper=mapper) == 0
     assert capsys.readouterr().out.splitlines()[:-1] == local_out.splitlines()[:-1]  # all but "written DIR"
     probes = pd.read_csv(tmp_path / "local" / "probes.csv")
-    mapped = [(d["policy"], d["rate"], d["seed"]) for dicts, _ in fake_modal for d in dicts]
+    mapped = [(d["policy"], d["rate"], d["seed"]) for dicts, _ in mapper.calls for d in dicts]
     assert sorted(mapped) == sorted((p, r, s) for p, r in zip(probes.policy, probes.rate) for s in (0, 1))
-    assert all(kw["trace"] is not None and len(kw["trace"]) == 200 for _, kw in fake_modal)
+    assert all(kw["trace"] is not None and len(kw["trace"]) == 200 for _, kw in mapper.calls)
 
 
-def test_modal_sweep_maps_the_grid(evenly, tmp_path, capsys, fake_modal):
+def test_mapped_sweep_maps_the_grid(evenly, tmp_path, capsys):
     args = ["sweep", "--trace", str(evenly), "--policy", "continuous,chunked", "--rate", "50,100",
             "--replications", "2", "--goodput", "ttft:10", *ONE_PER_PASS]
     assert main([*args, "--out", str(tmp_path / "local")]) == 0
-    assert main([*args, "--modal", "--out", str(tmp_path / "modal")]) == 0
-    ((dicts, kwargs),) = fake_modal
+    mapper = FakeMap()
+    assert main([*args, "--out", str(tmp_path / "modal")], mapper=mapper) == 0
+    ((dicts, kwargs),) = mapper.calls
     from sim.sweep import grid
     base = RunSpec(trace=str(evenly), cost=f"constant:{C}", max_num_seqs=1, rate=50.0)
     assert dicts == [dataclasses.asdict(s) for s in grid(base, 2, policy=["continuous", "chunked"], rate=[50.0, 100.0])]
     assert kwargs["slos"] == {"ttft": 0.01}
     local, remote = (pd.read_csv(tmp_path / d / "summary.csv") for d in ("local", "modal"))
     pd.testing.assert_frame_equal(local, remote)
+
+
+def test_a_mapped_sweep_refuses_a_cost_file_the_containers_lack(evenly, tmp_path, capsys):
+    out = tmp_path / "never"
+    args = ["sweep", "--trace", str(evenly), "--cost", "my.json", "--out", str(out)]
+    assert main(args, mapper=FakeMap()) == 2
+    assert "--cost 'my.json' is a file on this machine" in capsys.readouterr().err and not out.exists()
+
+
+def test_modal_apps_sweep_entrypoint_runs_the_simulators_sweep_with_its_mapper(evenly, tmp_path, capsys):
+    modal_app = pytest.importorskip("modal_app")
+    mapper = FakeMap()
+    args = f"--trace {evenly} --policy continuous,chunked --cost constant:{C} --out {tmp_path / 'modal'}"
+    assert modal_app.simulator_body("sweep", args, mapper) == 0
+    assert len(mapper.calls[0][0]) == 2 and (tmp_path / "modal" / "summary.csv").exists()
 
 
 def test_the_modal_function_runs_the_same_body(evenly):

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from traces.generate import poisson
+from traces.generate import gamma
 from traces.trace import Trace
 
 
@@ -103,14 +103,15 @@ def summary(trace: Trace) -> dict[str, float | int | str]:
     return stats
 
 
-def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int) -> Trace:
+def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: int | None, seed: int,
+                   burstiness: float = 1.0) -> Trace:
     """The trace's first `limit` requests, arriving either as a Poisson process at `rate` (seeded,
-    first at t = 0; the lengths keep their order) or at the trace's own times, sped up
-    `rate_scale` times."""
+    first at t = 0; the lengths keep their order; gamma gaps of shape `burstiness` as vLLM's
+    benchmark draws them, 1 being Poisson) or at the trace's own times, sped up `rate_scale` times."""
     if limit is not None and limit < len(trace):
         trace = trace.take(np.arange(limit))
     if rate is not None:
-        arrival = poisson(rate, n=len(trace), seed=seed).arrival_s
+        arrival = gamma(rate, burstiness, n=len(trace), seed=seed).arrival_s
     elif rate_scale != 1.0:
         arrival = (trace.arrival_s - (trace.arrival_s[0] if len(trace) else 0.0)) / rate_scale
     else:
@@ -120,14 +121,14 @@ def shape_arrivals(trace: Trace, rate: float | None, rate_scale: float, limit: i
 
 
 def shape_chunks(chunks: Iterable[Trace], rate: float | None, rate_scale: float, limit: int | None, seed: int,
-                 count: int | None = None) -> Iterator[Trace]:
+                 count: int | None = None, burstiness: float = 1.0) -> Iterator[Trace]:
     """`shape_arrivals` for a trace read a chunk at a time (`traces.io.iter_trace`): the same
     arrival times, chunk by chunk. Poisson arrivals at `rate` need the trace's length, `count`."""
     arrival = None
     if rate is not None:
         if count is None:
             raise ValueError("Poisson arrivals over a streamed trace need its length")
-        arrival = poisson(rate, n=min(count, limit or count), seed=seed).arrival_s  # 8 bytes a request
+        arrival = gamma(rate, burstiness, n=min(count, limit or count), seed=seed).arrival_s  # 8 bytes a request
     left = limit
     first = None
     done = 0
