@@ -6,8 +6,8 @@ ModelRunner` exactly as an open run would, and timed with CUDA events. Decode ov
 (every graph bucket and sizes between them) and context lengths (uniform and mixed within a
 batch), prompt chunks on top of cached context, several prompts in one pass, and mixed passes
 (a chunk beside decodes, as chunked prefill builds them), and batches like the ones served
-workloads build (the seed's five prompts with some tokens generated; a long tail of contexts, as
-in the Azure conversation trace; prompts of mixed lengths in one pass; the seed's prompts grouped
+workloads build (the part0 workload's five prompts with some tokens generated; a long tail of contexts, as
+in the Azure conversation trace; prompts of mixed lengths in one pass; the part0 workload's prompts grouped
 as a loaded engine groups them, which its CUDA graphs run padded to the next token bucket). Every shape once untimed,
 then rounds over all shapes in a new random order each; one PassRecord per timed pass.
 
@@ -41,8 +41,8 @@ class Shape:
         return sum(c + n for c, n in self.seqs)
 
 
-SEED_PROMPTS = (16, 64, 256, 1024, 4096)  # the seed's prompt lengths (p16 ... p4096)
-# the seed's prompts as a loaded engine puts several of them in one pass: their sums fall off the
+SEED_PROMPTS = (16, 64, 256, 1024, 4096)  # the part0 workload's prompt lengths (p16 ... p4096)
+# the part0 workload's prompts as a loaded engine puts several of them in one pass: their sums fall off the
 # token buckets, so the pass's CUDA graph runs padded (4,096 + 64 tokens at 8,192), which passes of
 # prompts of equal powers of two never are; and two past the largest bucket
 SEED_GROUPS = ((4096, 16), (4096, 64), (4096, 256), (4096, 1024), (1024, 16), (1024, 64), (1024, 256), (256, 16),
@@ -73,7 +73,7 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
         for c in contexts:
             shapes.append(Shape(f"decode b{b} c{c}", tuple((c, 1) for _ in range(b))))
         shapes.append(Shape(f"decode b{b} mixed", tuple((c, 1) for c in log_contexts(rng, b, 16, max_context))))
-    # decode batches as served workloads build them: the seed's prompts with 0-255 tokens generated
+    # decode batches as served workloads build them: the part0 workload's prompts with 0-255 tokens generated
     # each, and a long tail of contexts (log-normal, median 1,000 positions)
     for b in (3, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768):
         if b <= max_batch:
@@ -99,7 +99,7 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
             lengths.pop()
         shapes.append(Shape(f"prompts {len(lengths)} mixed", tuple((0, n) for n in lengths)))
     # closed batches put every prompt in one pass (`engine bench`): past max_num_batched_tokens, up
-    # to the seed's five prompts in turn at batch 192 (about 210,000 tokens)
+    # to the part0 workload's five prompts in turn at batch 192 (about 210,000 tokens)
     for count, n in ((128, 512), (256, 256), (512, 256), (64, 4096)):
         if n <= max_context and count * n <= max_pass_tokens:
             shapes.append(Shape(f"prompts {count}x{n}", tuple((0, n) for _ in range(count))))

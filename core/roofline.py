@@ -1,4 +1,4 @@
-"""The seed's five numbers: what any engine can and cannot do on a GPU, before a line is written.
+"""The five numbers of the part0 series (the document this project starts from): what any engine can and cannot do on a GPU, before a line is written.
 
 From a model config and a GPU spec: weight bytes, the batch-1 decode ceiling, KV bytes per token,
 the ridge point, and how many token positions (and full requests) fit in the memory left for the
@@ -44,8 +44,8 @@ class GPUSpec:
 
 
 GPUS: dict[str, GPUSpec] = {
-    # The seed's card; 19 GiB free is what the seed measured after loading the model.
-    "a10": GPUSpec("NVIDIA A10", 600, 125, 24, free_gib=19, source="datasheet; free memory measured in the seed"),
+    # The part0 series' card; 19 GiB free is what it measured after loading the model.
+    "a10": GPUSpec("NVIDIA A10", 600, 125, 24, free_gib=19, source="datasheet; free memory measured in the part0 series"),
     "a10g": GPUSpec("NVIDIA A10G", 600, 125, 24, source="datasheet"),
     "l4": GPUSpec("NVIDIA L4", 300, 121, 24, source="datasheet"),
     "a100-80gb": GPUSpec("NVIDIA A100 80GB SXM", 2039, 312, 80, source="datasheet"),

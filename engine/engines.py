@@ -2,7 +2,7 @@
 
 - `naive`: no KV cache. Every pass puts the whole sequence so far through the model again.
 - `cached`: a KV cache. One prefill pass over the prompt, then one single-token decode pass per
-  token, each attending over the cached keys and values. Batch size 1, as the seed's part 2.
+  token, each attending over the cached keys and values. Batch size 1, as part 2 of the part0 series.
 - `batched`: the cached engine over a static batch: prompts (of any lengths) are prefilled
   together, then decoded together, one token per sequence per pass, until all are done.
 

@@ -1,4 +1,4 @@
-"""The seed's five prompts, p16 ... p4096, cut to exact token counts from one source text.
+"""The part0 workload's five prompts, p16 ... p4096, cut to exact token counts from one source text.
 
 The source text (`prompt_source.txt`, written for this project) is tokenized with the Qwen2.5
 tokenizer: a checkpoint's own `tokenizer.json` when one is given, otherwise the vocabulary that
@@ -61,7 +61,7 @@ MIX = "mix"  # a batch of the five prompts in turn: p16, p64, p256, p1024, p4096
 
 def batch_prompts(name: str, batch: int, checkpoint: str | Path | None = None) -> list[list[int]]:
     """A batch of `batch` prompts: prompt `name` each time, or for `mix` the five in turn (the
-    seed's open workload draws its prompts from the same five)."""
+    part0 workload's open runs draw its prompts from the same five)."""
     if name == MIX:
         names = list(PROMPT_LENGTHS)
         return [prompt_ids(names[i % len(names)], checkpoint) for i in range(batch)]

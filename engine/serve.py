@@ -2,10 +2,10 @@
 
 A trace is replayed in real time (each request joins when its arrival time comes; `--replay
 closed` hands every request over at t = 0) on the continuous engine, whose every pass the
-shared scheduler (`core.scheduler`) plans. Workloads: the seed's open workload (`--rates 1,3,5,7`:
+shared scheduler (`core.scheduler`) plans. Workloads: the part0 workload, open (`--rates 1,3,5,7`:
 Poisson arrivals, prompts drawn from p16..p4096, 256 output tokens), or any trace `traces` loads
 (`--trace FILE` or a public trace's name, `--window START:END`, `--rate-scale`, `--limit`). A trace
-row carries lengths, not text: its prompt is the prompt source text's tokens (the text the seed's
+row carries lengths, not text: its prompt is the prompt source text's tokens (the text the part0 workload's
 p16..p4096 are cut from, repeated when a prompt is longer), cut to the row's length.
 
 Each run (a rate, a rate scale or a policy of a list) writes `OUT/continuous/<run_id>/`
