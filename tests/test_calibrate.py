@@ -170,7 +170,7 @@ def with_duration(passes, i, duration):
 
 @pytest.mark.parametrize("passes, row, message", [
     (lambda: with_duration(synthetic_passes(), 3, -1.0), {}, "pass 3 (step 3) has duration_s -1.0"),
-    (lambda: with_duration(synthetic_passes(), 0, float("nan")), {}, "pass 0 (step 0) has duration_s nan"),
+    (lambda: with_duration(synthetic_passes(), 0, float("nan")), {}, "pass 0 (step 0) has duration_s None"),  # NaN: JSON's null
     (lambda: synthetic_passes(), {"model": "tiny"}, "not a sweep of tiny"),  # Qwen's passes relabelled
     (lambda: synthetic_passes(), {"torch": None}, "lacks torch"),
 ])
