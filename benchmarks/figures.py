@@ -26,7 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import decode_work, load, med, prefill_work  # noqa: E402
+from benchmarks.report import decode_work, load, measured_on, med, prefill_work  # noqa: E402
 from core.config import get_preset  # noqa: E402
 from core.roofline import GPUS, get_gpu, roofline  # noqa: E402
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.out}: exists and is not a directory", file=sys.stderr)
         return 2
     groups = load(Path(args.results))
-    devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
+    devices = measured_on(groups, args.device)
     if not devices:
         print(f"error: no rows{' measured on ' + args.device if args.device else ' measured on a GPU'} under "
               f"{args.results}", file=sys.stderr)

@@ -101,6 +101,11 @@ def table(groups: dict, gpu_name: str) -> str:
     return "\n".join(out) + "\n\n" + floors
 
 
+def measured_on(groups: dict, device: str | None) -> list[str]:
+    """The devices of `groups` to report: `device` if named, else every GPU (not the CPU's rows)."""
+    return [d for d in groups if (d == device if device else not d.startswith("CPU"))]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
     args = ap.parse_args(argv)
     groups = load(Path(args.results))
-    devices = [d for d in groups if (d == args.device if args.device else not d.startswith("CPU"))]
+    devices = measured_on(groups, args.device)
     if not devices:
         print(f"error: no rows{' measured on ' + args.device if args.device else ' measured on a GPU'} under "
               f"{args.results}", file=sys.stderr)
