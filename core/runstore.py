@@ -122,7 +122,9 @@ class OpenRunWriter:
     def __init__(self, store: RunStore, run_id: str, max_pending: int = 4096):
         self.dir = store.run_dir(run_id)
         if self.dir.exists():
-            raise ValueError(f"{self.dir} exists already: run ids must be unique")
+            if store.rows_path.exists() and any(r.get("run_id") == run_id for r in store.rows()):
+                raise ValueError(f"{self.dir} exists already: run ids must be unique")
+            shutil.rmtree(self.dir)  # a run a crash left without its row, as write_run replaces it
         self.requests = RowWriter(self.dir / "requests.jsonl")
         self.passes = RowWriter(self.dir / "passes.jsonl")
         self._pending: deque[tuple[RowWriter, object]] = deque()

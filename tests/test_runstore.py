@@ -2,6 +2,8 @@
 import gzip
 import json
 
+import pytest
+
 from core.records import PassRecord, RequestRecord
 from core.runstore import OpenRunWriter, RunStore
 
@@ -44,3 +46,17 @@ def test_an_engine_that_never_waits_has_its_records_written_past_a_bound(tmp_pat
     assert [r["step"] for r in lines(writer.dir / "passes.jsonl")] == [0, 1, 2, 3]
     writer.request(a_request(1))
     assert lines(writer.dir / "requests.jsonl") == []
+
+
+def test_an_open_run_left_without_its_row_is_replaced_by_the_next_run_of_that_id(tmp_path):
+    """engine serve-trace killed mid-run leaves a directory and no row: the same run id runs again
+    (as write_run lets a closed run), while a run with its row stays refused."""
+    store = RunStore(tmp_path)
+    (store.run_dir("open") / "requests.jsonl").parent.mkdir(parents=True)
+    (store.run_dir("open") / "requests.jsonl").write_text('{"cut short')
+    writer = OpenRunWriter(store, "open")
+    assert not (writer.dir / "requests.jsonl").read_text().startswith('{"cut')
+    writer.close()
+    store.append_row({"run_id": "open", "status": "ok"})
+    with pytest.raises(ValueError, match="run ids must be unique"):
+        OpenRunWriter(store, "open")
