@@ -38,7 +38,7 @@ NOT_HERE = [
     (r"--modal", "needs a Modal account"),
 ]
 # commands that run the engine (on a CPU with the tiny model): not run where torch is not installed
-NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
+NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)", r"^python3? -m engine "]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
         r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", r"closed_ttft", *NEEDS_TORCH]
