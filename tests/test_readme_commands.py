@@ -38,10 +38,12 @@ NOT_HERE = [
     (r"--modal", "needs a Modal account"),
 ]
 # commands that run the engine (on a CPU with the tiny model): not run where torch is not installed
-NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)", r"^python3? -m engine "]
+NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
         r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", r"closed_ttft", *NEEDS_TORCH]
+# the engine's own commands: they too need its extra, but run on a CPU in a while (not slow)
+RUNS_THE_ENGINE = [r"^python3? -m engine (bench|serve-trace|generate)"]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 # commands that read the Azure trace, or what a command reading it wrote (azure_conv.csv: what
 # traces/README.md converts the trace to; out/azure-sweep: the README's sweep of it, which `sim plot` draws)
@@ -64,7 +66,7 @@ def cases():
     for readme in READMES:
         for i, cmd in enumerate(commands(readme)):
             reason = next((why for pat, why in NOT_HERE if re.search(pat, cmd)), None)
-            if reason is None and not HAS_TORCH and any(re.search(p, cmd) for p in NEEDS_TORCH):
+            if reason is None and not HAS_TORCH and any(re.search(p, cmd) for p in (*NEEDS_TORCH, *RUNS_THE_ENGINE)):
                 reason = "runs the engine: needs its extra (torch)"
             if reason is None and not TRACES and any(re.search(p, cmd) for p in NEEDS_AZURE):
                 reason = "LLMSIM_TRACES is unset, so the Azure trace is not here (and not downloadable offline)"
