@@ -54,7 +54,7 @@ def started(row: dict) -> _dt.datetime:
 def like_load(a: dict, b: dict) -> bool:
     """Whether two runs served a like load: the same workload on as many replicas, at arrival rates
     (or a trace's rate scales) within LOAD_RATIO of each other. The model's error moves with the
-    load (one card's seed runs: priced 1.1-2.1% long at 3-30 req/s, -0.1 to +0.9% at 60), so a
+    load (one card's part0-workload runs: priced 1.1-2.1% long at 3-30 req/s, -0.1 to +0.9% at 60), so a
     card's offset for a run is taken at that run's load."""
     def load(row: dict) -> float:
         return row.get("rate") or row.get("rate_scale") or 1.0
