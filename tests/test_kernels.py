@@ -477,3 +477,43 @@ def test_small_m_gate_up_silu_is_norm_projection_and_silu_times_up(split):
     S.gate_up_silu(W, h, norm.weight, 1e-6, out, rows=16, block_k=32, split=split)
     g, u = F.linear(norm(h).float(), W.float()).half().chunk(2, dim=-1)
     assert rel(out, F.silu(g) * u) < 2e-3
+
+
+def test_profile_decode_small_sweep_picks_the_fastest_and_writes_every_row(tmp_path):
+    """The GPU script's bookkeeping (benchmarks/profile_decode.py --small), without a GPU: every
+    candidate tile fits the 1.5B model's shapes, the default comes first, a skipped candidate never
+    wins, the summary compares each batch's old and best new step, the CSV holds every row."""
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    from core.config import get_preset
+    from engine.fast_path import SMALL_TILES
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_decode", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_decode.py")
+    pd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pd)
+    c = get_preset("qwen2.5-1.5b")
+    cands = pd.small_candidates()
+    assert set(cands) == set(SMALL_TILES)
+    for name, tiles in cands.items():
+        assert tiles[0] == SMALL_TILES[name] and len(set(tiles)) == len(tiles) > 1
+    half = c.head_dim // 2
+    assert all(half % min(t[0], half) == 0 for t in cands["qkv"])  # rows per program divide half a head
+    assert pd.fastest([(None, "a"), (3.0, "b"), (2.0, "c")]) == (2.0, "c")
+    with pytest.raises(RuntimeError):
+        pd.fastest([(None, "a")])
+    step = lambda b, path, pdl, us, tiles="": {"section": "step", "batch": b, "path": path, "pdl": pdl,  # noqa: E731
+                                               "kernel": "step", "tiles": tiles, "time_us": us, "gb_s": None}
+    rows = [step(1, "batch-1", False, 1200.0), step(8, "old", False, 1700.0), step(8, "small-default", False, 1400.0),
+            step(8, "small-best", True, 1250.0, "qkv=16x128x4x2x3"), step(8, "small-best", False, None),
+            {"section": "kernel", "batch": 8, "path": "small", "pdl": False, "kernel": "o", "tiles": "16x128x4x2x3",
+             "time_us": 5.0, "gb_s": 943.7}]
+    summary = pd.small_summary(rows).splitlines()
+    line8 = next(line for line in summary if line.split()[0] == "8")
+    assert line8.split()[1:4] == ["1.700", "1.250", "0.735"] and "small-best (True)" in line8
+    pd.write_csv(str(tmp_path / "small.csv"), rows)
+    with open(tmp_path / "small.csv") as f:
+        back = list(csv.DictReader(f))
+    assert len(back) == len(rows) and back[3]["time_us"] == "1250.000" and back[4]["time_us"] == ""
