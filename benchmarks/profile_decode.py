@@ -306,6 +306,25 @@ def small_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def suggest_tiles(rows: list[dict]) -> dict:
+    """Per kernel, the tiles with the least chain time summed over the swept batches (among those
+    that ran at every one): one set for the engine's SMALL_TILES."""
+    kernels = [r for r in rows if r["section"] == "kernel"]
+    batches = {r["batch"] for r in kernels}
+    out = {}
+    for name in dict.fromkeys(r["kernel"] for r in kernels):
+        total: dict[str, float] = defaultdict(float)
+        seen: dict[str, set] = defaultdict(set)
+        for r in kernels:
+            if r["kernel"] == name and r["time_us"] is not None:
+                total[r["tiles"]] += r["time_us"]
+                seen[r["tiles"]].add(r["batch"])
+        full = [t for t in total if seen[t] == batches]
+        if full:
+            out[name] = tuple(int(v) for v in min(full, key=total.get).split("x"))
+    return out
+
+
 def write_csv(path: str, rows: list[dict]) -> None:
     fields = ["section", "batch", "path", "pdl", "kernel", "tiles", "time_us", "gb_s"]
     with open(path, "w", newline="") as f:
@@ -339,7 +358,8 @@ def main() -> None:
     if args.small:
         batches = int_list(args.small_batches)
         best_small, small_rows = sweep_small_tiles([b for b in batches if 2 <= b <= SMALL_MAX])
-        print(f"\nsweep done at {time.time() - started:.0f} s")
+        print(f"\nsweep done at {time.time() - started:.0f} s; one set for all of batches 2..16 "
+              f"(engine.fast_path.SMALL_TILES): {suggest_tiles(small_rows)}")
     tiles, table = (None, []) if args.no_tune else tune_b1_tiles(cache_len=512, context=384)
     model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
     floor_ms = model.config.weight_bytes_read_per_pass() / (COPY_GBS * 1e9) * 1e3

@@ -510,6 +510,11 @@ def test_profile_decode_small_sweep_picks_the_fastest_and_writes_every_row(tmp_p
             step(8, "small-best", True, 1250.0, "qkv=16x128x4x2x3"), step(8, "small-best", False, None),
             {"section": "kernel", "batch": 8, "path": "small", "pdl": False, "kernel": "o", "tiles": "16x128x4x2x3",
              "time_us": 5.0, "gb_s": 943.7}]
+    kernel = lambda b, tiles, us: {"section": "kernel", "batch": b, "path": "small", "pdl": False,  # noqa: E731
+                                   "kernel": "down", "tiles": tiles, "time_us": us, "gb_s": None}
+    sweep = [kernel(2, "16x128x4x4x3", 5.0), kernel(8, "16x128x4x4x3", 9.0), kernel(2, "32x128x4x2x3", 6.0),
+             kernel(8, "32x128x4x2x3", 7.0), kernel(2, "32x256x4x8x3", 1.0), kernel(8, "32x256x4x8x3", None)]
+    assert pd.suggest_tiles(sweep) == {"down": (32, 128, 4, 2, 3)}  # least in sum, among those timed at both
     summary = pd.small_summary(rows).splitlines()
     line8 = next(line for line in summary if line.split()[0] == "8")
     assert line8.split()[1:4] == ["1.700", "1.250", "0.735"] and "small-best (True)" in line8
