@@ -9,7 +9,7 @@
    GPU, giving each kind of kernel's share of the step.
 3. With --small: the small-batch kernels (engine.kernels.small_m, batches 2..16): each kernel's
    tiles (rows, tile width, warps, splits, stages) swept as a chain of 28 launches at each
-   batch of --small-batches up to 16, the fastest kept per batch; then the decode step at every
+   batch of --sweep-batches, the fastest kept per batch; then the decode step at every
    batch of --small-batches, graph-replayed at p256 (mid-way through 256 new tokens), on the old
    path (cuBLAS + small kernels, `run_layers`), the small-batch path with the default tiles and
    with the batch's best tiles (PDL off and on); batch 1 is the batch-1 kernels, and batches past
@@ -167,11 +167,14 @@ def step_profile(model, batch: int, tiles: dict | None, pdl: bool = False, promp
 # The sweep's candidates per small-batch kernel: (rows, tile width, warps, splits, stages).
 SMALL_GRID = {
     "qkv": {"rows": (16, 32), "block_k": (128, 256), "warps": (4,), "split": (1, 2, 4), "stages": (3,)},
-    "o": {"rows": (16, 32), "block_k": (128, 256), "warps": (4,), "split": (1, 2, 4), "stages": (3,)},
-    "gate_up": {"rows": (16, 32), "block_k": (128, 256), "warps": (4,), "split": (1, 2), "stages": (3,)},
-    "down": {"rows": (16, 32), "block_k": (128, 256), "warps": (4,), "split": (2, 4, 8), "stages": (3,)},
-    "lm_head": {"rows": (64, 128), "block_k": (128, 256), "warps": (4, 8), "split": (1,), "stages": (3,)},
+    "o": {"rows": (16, 32, 64), "block_k": (128, 256), "warps": (4,), "split": (1, 2, 4, 8), "stages": (3,)},
+    "gate_up": {"rows": (16, 32, 64), "block_k": (128, 256), "warps": (4,), "split": (1, 2), "stages": (3,)},
+    "down": {"rows": (16, 32, 64), "block_k": (128, 256), "warps": (4,), "split": (2, 4, 8), "stages": (3,)},
+    "lm_head": {"rows": (64, 128, 256), "block_k": (128, 256), "warps": (4, 8), "split": (1,), "stages": (3,)},
 }
+# Each program reads its rows' activations once per input tile as well as its weight tile: with
+# as many weight rows as activation rows (16 and 16) that doubles the bytes read (the activations
+# from L2), hence the wider row tiles in the grid.
 SMALL_MAX = 16  # the engine's default: batches past it run on the old path unless forced
 
 
@@ -257,8 +260,9 @@ def sweep_small_tiles(batches: list[int], cache_len: int = 512, context: int = 3
     return best, rows
 
 
-def small_steps(model, batches: list[int], best: dict, pdls=(False, True)) -> list[dict]:
-    """The decode step at each batch: old path, small-batch path with default and best tiles."""
+def small_steps(model, batches: list[int], best: dict, suggested: dict | None = None, pdls=(False, True)) -> list[dict]:
+    """The decode step at each batch: old path, small-batch path with the default tiles, the
+    batch's best and the one set suggested for all batches."""
     rows = []
 
     def timed(batch, path, tiles, pdl, **kw):
@@ -280,11 +284,14 @@ def small_steps(model, batches: list[int], best: dict, pdls=(False, True)) -> li
         timed(batch, "old", "", False, small_max=1)
         forced = max(batch, SMALL_MAX)  # batches past 16: the small-batch kernels padded, for reference
         tiles = best.get(batch) or best.get(max((b for b in best if b <= batch), default=None)) or SMALL_TILES
-        label = ";".join(f"{k}={'x'.join(map(str, v))}" for k, v in tiles.items())
+        label = lambda t: ";".join(f"{k}={'x'.join(map(str, v))}" for k, v in t.items())  # noqa: E731
+        one_set = {**SMALL_TILES, **(suggested or {})}
         for pdl in pdls:
-            timed(batch, "small-default", "default", pdl, small_max=forced)
+            timed(batch, "small-default", label(SMALL_TILES), pdl, small_max=forced)
             if tiles != SMALL_TILES:
-                timed(batch, "small-best", label, pdl, small_max=forced, small_tiles=tiles)
+                timed(batch, "small-best", label(tiles), pdl, small_max=forced, small_tiles=tiles)
+            if one_set not in (SMALL_TILES, tiles):
+                timed(batch, "small-suggested", label(one_set), pdl, small_max=forced, small_tiles=one_set)
     return rows
 
 
@@ -349,6 +356,9 @@ def main() -> None:
                     help="sweep the small-batch kernels' tiles and time the old and new decode paths by batch")
     ap.add_argument("--small-batches", default="1,2,4,8,16,32,64",
                     help="batches of the old/new comparison (the sweep takes those of 2..16)")
+    ap.add_argument("--sweep-batches", default="2,8,16",
+                    help="with --small: batches (2..16) the tiles are swept at; a batch between takes the tiles of "
+                         "the largest swept batch below it")
     ap.add_argument("--csv", default=None, help="with --small: write its rows here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -356,17 +366,19 @@ def main() -> None:
     started = time.time()
     small_rows, best_small = [], {}
     if args.small:
-        batches = int_list(args.small_batches)
-        best_small, small_rows = sweep_small_tiles([b for b in batches if 2 <= b <= SMALL_MAX])
+        best_small, small_rows = sweep_small_tiles([b for b in int_list(args.sweep_batches) if 2 <= b <= SMALL_MAX])
+        suggested = suggest_tiles(small_rows)
         print(f"\nsweep done at {time.time() - started:.0f} s; one set for all of batches 2..16 "
-              f"(engine.fast_path.SMALL_TILES): {suggest_tiles(small_rows)}")
+              f"(engine.fast_path.SMALL_TILES): {suggested}")
+        if args.csv:  # written now too, in case the steps below run out of time
+            write_csv(args.csv, small_rows)
     tiles, table = (None, []) if args.no_tune else tune_b1_tiles(cache_len=512, context=384)
     model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
     floor_ms = model.config.weight_bytes_read_per_pass() / (COPY_GBS * 1e9) * 1e3
     print(f"\nweight-read floor of one step: {floor_ms:.3f} ms at {COPY_GBS:.0f} GB/s; tiles {tiles or 'default'}")
     pdls = {"off": [False], "on": [True], "both": [False, True]}[args.pdl]
     if args.small:
-        small_rows += small_steps(model, int_list(args.small_batches), best_small)
+        small_rows += small_steps(model, int_list(args.small_batches), best_small, suggested)
         print(f"\ndecode step at p256, graph replay (old: cuBLAS + small kernels; new: batch-1 or small-batch "
               f"kernels, best of tiles and PDL); floor {floor_ms:.3f} ms\n" + small_summary(small_rows))
         if args.csv:
