@@ -195,10 +195,10 @@ def fastest(timings: list[tuple[float, tuple]]) -> tuple[float, tuple]:
     return min(ok, key=lambda t: t[0])
 
 
-def small_kernel_chains(c, batch: int, cache_len: int, context: int):
+def small_kernel_chains(c, batch: int, cache_len: int, context: int, dev: str = "cuda"):
     """For each small-batch kernel: (bytes of weights a launch reads, make(tiles) -> the 28
     launches of a chain on distinct weights) at `batch` rows."""
-    dev, dt, L = "cuda", torch.float16, c.num_hidden_layers
+    dt, L = torch.float16, c.num_hidden_layers
     H, I, D, heads, kvh = c.hidden_size, c.intermediate_size, c.head_dim, c.num_attention_heads, c.num_key_value_heads
     qkv_n = (heads + 2 * kvh) * D
     r = lambda *s: torch.randn(*s, dtype=dt, device=dev) * 0.02  # noqa: E731
@@ -228,14 +228,15 @@ def small_kernel_chains(c, batch: int, cache_len: int, context: int):
     }
 
 
-def sweep_small_tiles(batches: list[int], cache_len: int = 512, context: int = 384) -> tuple[dict, list[dict]]:
+def sweep_small_tiles(batches: list[int], cache_len: int = 512, context: int = 384, config=None,
+                      device: str = "cuda", grid: dict = SMALL_GRID) -> tuple[dict, list[dict]]:
     """The fastest tiles of each small-batch kernel at each batch: {batch: tiles}, and a row per
-    (batch, kernel, candidate)."""
-    c = get_preset("qwen2.5-1.5b")
-    candidates = small_candidates()
+    (batch, kernel, candidate). Qwen2.5-1.5B on the GPU unless told otherwise."""
+    c = config or get_preset("qwen2.5-1.5b")
+    candidates = small_candidates(grid)
     best, rows = {}, []
     for batch in batches:
-        chains = small_kernel_chains(c, batch, cache_len, context)
+        chains = small_kernel_chains(c, batch, cache_len, context, device)
         best[batch] = {}
         print(f"\nsmall-batch kernels at batch {batch}, per launch (graph replay of {c.num_hidden_layers} launches)")
         for name, (nbytes, make) in chains.items():
@@ -256,7 +257,8 @@ def sweep_small_tiles(batches: list[int], cache_len: int = 512, context: int = 3
             print(f"  {name:<8} best {t} {us:7.2f} us ({nbytes / us / 1e3:5.0f} GB/s); default {SMALL_TILES[name]} "
                   f"{'-' if default is None else f'{default:.2f}'} us")
         del chains
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return best, rows
 
 

@@ -518,6 +518,25 @@ def test_profile_decode_small_sweep_picks_the_fastest_and_writes_every_row(tmp_p
     summary = pd.small_summary(rows).splitlines()
     line8 = next(line for line in summary if line.split()[0] == "8")
     assert line8.split()[1:4] == ["1.700", "1.250", "0.735"] and "small-best (True)" in line8
+    # the sweep's own launches, in the interpreter on a small model, with a timer that runs each
+    # chain once and finds each later candidate faster; tiles 48 wide do not compile (not a power of 2)
+    from dataclasses import replace
+    small = replace(c, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=300, name="small")
+    clock = iter(range(1000))
+
+    def timer(fns):
+        for f in fns:
+            f()
+        return 1000.0 - next(clock)
+
+    pd.chain_time_us = timer
+    grid = {name: {"rows": (16, 32), "block_k": (32, 48), "warps": (4,), "split": (2,), "stages": (1,)}
+            for name in SMALL_TILES}
+    best, sweep_rows = pd.sweep_small_tiles([2], cache_len=32, context=20, config=small, device=DEVICE, grid=grid)
+    assert best == {2: {name: (32, 32, 4, 2, 1) for name in SMALL_TILES}}
+    assert len(sweep_rows) == 5 * len(SMALL_TILES)  # the default and four candidates each
+    assert [r["time_us"] is None for r in sweep_rows] == [False, False, True, False, True] * len(SMALL_TILES)
     pd.write_csv(str(tmp_path / "small.csv"), rows)
     with open(tmp_path / "small.csv") as f:
         back = list(csv.DictReader(f))
