@@ -161,7 +161,8 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, check
         decoder = setup.decoder_factory(setup.model) if setup.decoder_factory and engine != "naive" else None
         run = lambda run_id: generate(setup.model, prompts, setup.new_tokens, engine=engine,  # noqa: E731
                                       run_id=run_id, decoder=decoder)
-        pdl = decoder is not None and decoder.fast.pdl and batch == 1  # PDL kernels are the batch-1 path's
+        # PDL kernels are the batch-1 and small-batch paths'
+        pdl = decoder is not None and decoder.fast.pdl and (batch == 1 or decoder.fast.uses_small(batch))
         mode = "eager" if decoder is None else ("graph+pdl" if pdl else "graph")
     rows = []
     for i in range(setup.warmup + setup.runs):
