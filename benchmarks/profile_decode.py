@@ -175,7 +175,7 @@ SMALL_GRID = {
 # Each program reads its rows' activations once per input tile as well as its weight tile: with
 # as many weight rows as activation rows (16 and 16) that doubles the bytes read (the activations
 # from L2), hence the wider row tiles in the grid.
-SMALL_MAX = 16  # the engine's default: batches past it run on the old path unless forced
+SMALL_BATCHES = 16  # the small-batch kernels' range (2..16); batches past it run on them padded, for reference
 
 
 def small_candidates(grid: dict = SMALL_GRID) -> dict[str, list[tuple]]:
@@ -284,7 +284,7 @@ def small_steps(model, batches: list[int], best: dict, suggested: dict | None = 
                 timed(1, "batch-1", "engine", pdl)
             continue
         timed(batch, "old", "", False, small_max=1)
-        forced = max(batch, SMALL_MAX)  # batches past 16: the small-batch kernels padded, for reference
+        forced = max(batch, SMALL_BATCHES)  # batches past 16: the small-batch kernels padded, for reference
         tiles = best.get(batch) or best.get(max((b for b in best if b <= batch), default=None)) or SMALL_TILES
         label = lambda t: ";".join(f"{k}={'x'.join(map(str, v))}" for k, v in t.items())  # noqa: E731
         one_set = {**SMALL_TILES, **(suggested or {})}
@@ -368,7 +368,7 @@ def main() -> None:
     started = time.time()
     small_rows, best_small = [], {}
     if args.small:
-        best_small, small_rows = sweep_small_tiles([b for b in int_list(args.sweep_batches) if 2 <= b <= SMALL_MAX])
+        best_small, small_rows = sweep_small_tiles([b for b in int_list(args.sweep_batches) if 2 <= b <= SMALL_BATCHES])
         suggested = suggest_tiles(small_rows)
         print(f"\nsweep done at {time.time() - started:.0f} s; one set for all of batches 2..16 "
               f"(engine.fast_path.SMALL_TILES): {suggested}")

@@ -137,7 +137,7 @@ class ModelRunner:
 
     def __init__(self, model: Qwen2, cache: PagedKVCache, max_num_seqs: int, kernels: str = "triton",
                  graphs: bool = False, b1_tiles: dict | None = None, static_decode: bool = False,
-                 small_tiles: dict | None = None, small_max: int = 16):
+                 small_tiles: dict | None = None, small_max: int | None = None):
         self.model, self.cache = model, cache
         self.device = model.embed_tokens.weight.device
         self.cuda = self.device.type == "cuda"

@@ -54,7 +54,7 @@ class GraphDecoder:
     `cache`, then `prefill`, then `start` and `step` once per token."""
 
     def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None,
-                 pdl: bool | None = None, small_tiles: dict | None = None, small_max: int = 16):
+                 pdl: bool | None = None, small_tiles: dict | None = None, small_max: int | None = None):
         if use_graphs and model.embed_tokens.weight.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
                              "without them, e.g. in Triton's CPU interpreter)")

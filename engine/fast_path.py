@@ -6,7 +6,7 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 
 - `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
   operations folded in (`engine.kernels.gemv`) and the attention.
-- `decode_small`: batches of 2 up to `small_max` (16 by default), the same five kernels a layer
+- `decode_small`: batches of 2 up to `small_max` (none by default: `SMALL_MAX`), the same five kernels a layer
   for M rows at once (`engine.kernels.small_m`), each weight tile read once for all rows.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
@@ -35,6 +35,11 @@ from engine.model import DenseKVCache, Qwen2
 # Not yet measured: chosen so that each kernel of Qwen2.5-1.5B launches 128 programs or more (the
 # H200 has 132 SMs) with weight tiles of at least as many rows as the 16 padded activation rows;
 # benchmarks/profile_decode.py --small sweeps them.
+# Batches 2..SMALL_MAX decode on the small-batch kernels by default. 1 (none) until the kernels are
+# measured on a GPU against the cuBLAS path (benchmarks/profile_decode.py --small); until then
+# `python -m engine bench --small-batch-max 16` (or small_max=16) asks for them.
+SMALL_MAX = 1
+
 SMALL_TILES = {"qkv": (16, 128, 4, 2, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
                "down": (32, 128, 4, 4, 3), "lm_head": (128, 128, 4, 1, 3)}
 
@@ -43,7 +48,7 @@ class FastPath:
     """The passes of one model, over its own weight tensors (nothing is copied)."""
 
     def __init__(self, model: Qwen2, b1_tiles: dict | None = None, pdl: bool = False,
-                 small_tiles: dict | None = None, small_max: int = 16):
+                 small_tiles: dict | None = None, small_max: int | None = None):
         c = model.config
         self.model, self.config = model, c
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -64,7 +69,7 @@ class FastPath:
         # small-batch kernel (engine.kernels.small_m); benchmarks/profile_decode.py --small sweeps them.
         self.small_tiles = dict(SMALL_TILES)
         self.small_tiles.update(small_tiles or {})
-        self.small_max = small_max  # batches 2..small_max decode on the small-batch kernels
+        self.small_max = SMALL_MAX if small_max is None else small_max  # batches 2..small_max: small-batch kernels
         self.workspace = S.Workspace()
         self.pdl = pdl  # programmatic dependent launch for the batch-1 and small-batch kernels (engine.kernels.pdl)
         self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling

@@ -6,7 +6,7 @@ decode attention through block tables for the sequences that decode, flash-style
 attention for prompts and prompt chunks (on top of cached context), both in one pass when it is
 mixed. `forward` launches a pass kernel by kernel (any pass); decode passes replay CUDA graphs
 captured at padded batch buckets (1, 2, 4, then multiples of 8, as vLLM), largest first into one
-memory pool, batch 1 on the fused batch-1 kernels, batches 2..16 (`small_max`) on their
+memory pool, batch 1 on the fused batch-1 kernels, batches 2..`small_max` (none unless asked for) on their
 small-batch form. Prefill and mixed passes of up to 8,192
 tokens replay graphs too, their tokens padded to a power of two and their sequences to one
 (chunk attention for every row, a decode being a one-token chunk): on a slow host the hundreds of
@@ -37,7 +37,7 @@ class PagedFastPath:
 
     def __init__(self, model: Qwen2, cache: PagedKVCache, max_batch: int, graphs: bool = False,
                  b1_tiles: dict | None = None, static_decode: bool = False, small_tiles: dict | None = None,
-                 small_max: int = 16):
+                 small_max: int | None = None):
         """graphs: capture the decode passes as CUDA graphs; static_decode: run them through the
         same static buffers without capturing (the CPU tests of the graph path's inputs)."""
         c = model.config
@@ -49,7 +49,7 @@ class PagedFastPath:
         shape = (c.num_attention_heads, c.num_key_value_heads, c.head_dim, max_len, cache.block_size, self.device)
         self.attention = PagedDecodeAttention(max_batch, *shape)
         self.attention_b1 = PagedDecodeAttention(1, *shape, pdl=pdl)  # in the batch-1 kernels' PDL chain
-        small = min(max_batch, small_max)  # and the small-batch kernels'
+        small = min(max_batch, self.fast.small_max)  # and the small-batch kernels'
         self.attention_small = PagedDecodeAttention(small, *shape, pdl=pdl) if small >= 2 else None
         self.buckets = graph_buckets(max_batch)
         self.token_buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)

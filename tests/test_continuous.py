@@ -128,7 +128,7 @@ def test_the_graph_paths_static_buffers_give_the_same_tokens(model, reference):
     from test_fast_path import TINY_SMALL, TINY_TILES
     cache = PagedKVCache(model.config, 200, BLOCK, torch.float32, "cpu")
     runner = ModelRunner(model, cache, max_num_seqs=6, kernels="triton", b1_tiles=TINY_TILES, static_decode=True,
-                         small_tiles=TINY_SMALL)
+                         small_tiles=TINY_SMALL, small_max=16)
     assert runner.fast.fast.uses_small(4)
     for reqs, sched in ((requests(1), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),
                         (requests(3), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),

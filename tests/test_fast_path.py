@@ -22,9 +22,9 @@ TINY_SMALL = {"qkv": (8, 32, 4, 2, 1), "o": (32, 32, 4, 2, 1), "gate_up": (64, 6
               "down": (32, 32, 4, 4, 1), "lm_head": (8192, 64, 4, 1, 1)}
 
 
-def decoder(model, **kwargs):
+def decoder(model, small_max=16, **kwargs):
     from engine.cuda_graphs import GraphDecoder
-    return GraphDecoder(model, False, TINY_TILES, small_tiles=TINY_SMALL, **kwargs)
+    return GraphDecoder(model, False, TINY_TILES, small_tiles=TINY_SMALL, small_max=small_max, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -50,8 +50,10 @@ def test_graph_replay_gives_the_tokens_of_the_same_kernels_launched_eagerly(mode
     from engine.cuda_graphs import GraphDecoder
 
     prompts = [prompt_ids("p256")] * batch
-    graphs = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, True, pdl=pdl)).tokens
-    launched = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, False)).tokens
+    small = 16 if batch > 1 else None  # batches 3, 8, 16 on the small-batch kernels
+    graphs = generate(model, prompts, 256, engine="batched",
+                      decoder=GraphDecoder(model, True, pdl=pdl, small_max=small)).tokens
+    launched = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, False, small_max=small)).tokens
     assert graphs == launched
 
 
@@ -74,7 +76,7 @@ def test_small_batch_kernels_give_the_eager_models_greedy_choices(model, batch):
 
     ids = prompt_ids("p1024")
     prompts = [ids[16 * b: 16 * b + 256] for b in range(batch)]
-    decoder = GraphDecoder(model)
+    decoder = GraphDecoder(model, small_max=16)
     assert decoder.fast.uses_small(batch)
     run = generate(model, prompts, 128, engine="batched", decoder=decoder)
     for p, tokens in zip(prompts, run.tokens):
@@ -105,14 +107,14 @@ def test_eager_engine_tokens_agree_with_the_graph_path_until_a_near_tie(model):
         assert float(logits.max() - logits[graphs[first]]) <= NEAR_TIE
 
 
-def continuous_tokens(model, prompts, policy, num_blocks, new_tokens=64, graphs=True, max_num_seqs=8):
+def continuous_tokens(model, prompts, policy, num_blocks, new_tokens=64, graphs=True, max_num_seqs=8, small_max=None):
     from core.kv import BlockPool
     from core.scheduler import make_scheduler
     from engine.continuous import ModelRunner, Request, serve
     from engine.paged import PagedKVCache
 
     cache = PagedKVCache(model.config, num_blocks, 16, torch.float16, "cuda")
-    runner = ModelRunner(model, cache, max_num_seqs=max_num_seqs, kernels="triton", graphs=graphs)
+    runner = ModelRunner(model, cache, max_num_seqs=max_num_seqs, kernels="triton", graphs=graphs, small_max=small_max)
     budget = 256 if policy == "chunked" else None  # a small budget makes chunked passes mixed
     sched = make_scheduler(policy, BlockPool(num_blocks, 16), max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                            max_model_len=min(num_blocks * 16, 2048))
@@ -144,7 +146,7 @@ def test_continuous_engine_small_batches_give_the_eager_models_greedy_choices(mo
     """Decode passes of 2..16 sequences replay the small-batch kernels over the paged cache."""
     ids = prompt_ids("p1024")
     prompts = [ids[16 * b: 16 * b + 256] for b in range(batch)]
-    res = continuous_tokens(model, prompts, "continuous", 4096, new_tokens=128, max_num_seqs=16)
+    res = continuous_tokens(model, prompts, "continuous", 4096, new_tokens=128, max_num_seqs=16, small_max=16)
     assert batch in {p.padded_to for p in res.passes if p.kind == "decode" and p.mode == "graph"}
     for i, p in enumerate(prompts):
         check_against_eager(model, p, res.tokens[f"r{i}"])
