@@ -15,6 +15,7 @@ the committed GPU rows unless --out says so.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import statistics
 import sys
 from dataclasses import dataclass
@@ -85,11 +86,12 @@ class Setup:
             cache = PagedKVCache(self.model.config, blocks, 16, self.model.embed_tokens.weight.dtype, device)
             gpu = device.type == "cuda"
             self.runner = ModelRunner(self.model, cache, self.max_batch, choose_kernels("triton" if gpu else "eager"),
-                                      graphs=gpu and self.decoder_factory is not None)
+                                      graphs=gpu and self.decoder_factory is not None, small_max=self.small_max)
         return self.runner
 
     max_batch: int = 1
     max_tokens: int = 1
+    small_max: int | None = None    # decode batches 2..small_max on the small-batch kernels (None: the engine's default)
     last_pass_end: float | None = None  # perf_counter time the continuous engine's last run ended
 
 
@@ -161,7 +163,8 @@ def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, check
         decoder = setup.decoder_factory(setup.model) if setup.decoder_factory and engine != "naive" else None
         run = lambda run_id: generate(setup.model, prompts, setup.new_tokens, engine=engine,  # noqa: E731
                                       run_id=run_id, decoder=decoder)
-        pdl = decoder is not None and decoder.fast.pdl and batch == 1  # PDL kernels are the batch-1 path's
+        # PDL kernels are the batch-1 and small-batch paths'
+        pdl = decoder is not None and decoder.fast.pdl and (batch == 1 or decoder.fast.uses_small(batch))
         mode = "eager" if decoder is None else ("graph+pdl" if pdl else "graph")
     rows = []
     for i in range(setup.warmup + setup.runs):
@@ -207,6 +210,10 @@ def build_parser() -> ArgumentParser:
                                                       "default: h200 on an H200, a10 on other GPUs")
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
                    help="replay decode passes as CUDA graphs (auto: on when on a GPU)")
+    p.add_argument("--small-batch-max", type=number(int, low=1, high=16), default=None, metavar="N",
+                   help="decode batches 2..N on the small-batch fused kernels (engine/kernels/small_m.py; "
+                        "at most 16); default: none, cuBLAS with small kernels between (the small-batch "
+                        "kernels are not yet measured on a GPU)")
     p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0,
                    help="seed of the random weights (default 0)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ "
@@ -293,13 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     factory = None
     if use_graphs:
         from engine.cuda_graphs import GraphDecoder
-        factory = GraphDecoder
+        factory = functools.partial(GraphDecoder, small_max=args.small_batch_max)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"  # to the millisecond
     setup = Setup(model, args.new_tokens, args.warmup, args.runs, meta, weight_bytes, out_dir, stamp, factory,
                   "graph" if use_graphs else "eager")
     if args.engine == "hf":
         setup.mode = "static-cache generate" + (" (compiled)" if device.type == "cuda" else "")
     setup.max_batch = max(sizes)
+    setup.small_max = args.small_batch_max
     setup.max_tokens = max(longest_prompt(p) for p in prompts) + args.new_tokens
     print(f"model {source} ({weights} weights, {meta['dtype']}) on {meta['gpu']}, torch {meta['torch']}, "
           f"commit {meta['git_commit']}, decode {setup.mode}; rows go to "

@@ -136,7 +136,8 @@ class ModelRunner:
     buckets on a GPU) or "eager" (plain PyTorch, `engine.paged.forward_eager`)."""
 
     def __init__(self, model: Qwen2, cache: PagedKVCache, max_num_seqs: int, kernels: str = "triton",
-                 graphs: bool = False, b1_tiles: dict | None = None, static_decode: bool = False):
+                 graphs: bool = False, b1_tiles: dict | None = None, static_decode: bool = False,
+                 small_tiles: dict | None = None, small_max: int | None = None):
         self.model, self.cache = model, cache
         self.device = model.embed_tokens.weight.device
         self.cuda = self.device.type == "cuda"
@@ -152,7 +153,8 @@ class ModelRunner:
         self.fast = None
         if kernels == "triton":
             from engine.paged_fast import PagedFastPath  # imports triton
-            self.fast = PagedFastPath(model, cache, max_num_seqs, graphs, b1_tiles, static_decode)
+            self.fast = PagedFastPath(model, cache, max_num_seqs, graphs, b1_tiles, static_decode, small_tiles,
+                                      small_max)
         self.buckets = self.fast.buckets if graphs else []
         self.clock = PassClock(self.device)
         self.uploads = Uploads(self.device, torch.int32)

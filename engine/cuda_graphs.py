@@ -54,14 +54,14 @@ class GraphDecoder:
     `cache`, then `prefill`, then `start` and `step` once per token."""
 
     def __init__(self, model: Qwen2, use_graphs: bool = True, b1_tiles: dict | None = None,
-                 pdl: bool | None = None):
+                 pdl: bool | None = None, small_tiles: dict | None = None, small_max: int | None = None):
         if use_graphs and model.embed_tokens.weight.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device (use_graphs=False runs the kernels "
                              "without them, e.g. in Triton's CPU interpreter)")
         self.model, self.use_graphs = model, use_graphs
         if pdl is None:  # on by default where the GPU (Hopper or newer) and Triton support it
             pdl = use_graphs and pdl_available() and torch.cuda.get_device_capability()[0] >= 9
-        self.fast = FastPath(model, b1_tiles, pdl)
+        self.fast = FastPath(model, b1_tiles, pdl, small_tiles, small_max)
         self.shape: tuple[int, int] | None = None
         self._cache: DenseKVCache | None = None
         self._prefills: dict[tuple[int, int], _Graph] = {}
@@ -78,12 +78,17 @@ class GraphDecoder:
             self._cache = DenseKVCache(c, batch, max_len, self.model.embed_tokens.weight.dtype, device)
             self.tokens = torch.zeros(batch, dtype=torch.long, device=device)
             self.positions = torch.zeros(batch, dtype=torch.long, device=device)
+            fused = batch == 1 or self.fast.uses_small(batch)  # a chain of fused kernels, PDL among them
             self.attention = DecodeAttention(batch, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                             max_len, device, pdl=self.fast.pdl and batch == 1)
+                                             max_len, device, pdl=self.fast.pdl and fused)
+            cache, attention = self._cache, self.attention
             if batch == 1:
-                cache, attention = self._cache, self.attention
                 attend = lambda i, q, out: attention(q, cache.k[i], cache.v[i], self.positions, out)  # noqa: E731
                 step = lambda: self.fast.decode_b1(self.tokens, self.positions, cache.k, cache.v, attend)  # noqa: E731
+            elif fused:
+                shape = (batch, c.num_attention_heads, c.head_dim)
+                attend = lambda i, q, out: attention(q.view(shape), cache.k[i], cache.v[i], self.positions, out)  # noqa: E731
+                step = lambda: self.fast.decode_small(self.tokens, self.positions, cache.k, cache.v, attend)  # noqa: E731
             else:
                 step = lambda: self.fast.decode(self.tokens, self.positions, self._cache, self.attention)  # noqa: E731
             self._decode = _Graph(step, self.use_graphs)

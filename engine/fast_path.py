@@ -6,10 +6,12 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 
 - `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
   operations folded in (`engine.kernels.gemv`) and the attention.
+- `decode_small`: batches of 2 up to `small_max` (none by default: `SMALL_MAX`), the same five kernels a layer
+  for M rows at once (`engine.kernels.small_m`), each weight tile read once for all rows.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
 - `prefill`: fresh prompts of one length; as `decode`, with flash attention over the prompt.
-`decode_b1` and `run_layers` (the layer loop of `decode` and `prefill`) take the cache write and
+`decode_b1`, `decode_small` and `run_layers` (the layer loop of `decode` and `prefill`) take the cache write and
 the attention as arguments, so the continuous engine's paged cache (`engine.paged_fast`) runs
 the same kernels.
 Each returns the greedy next token of every sequence.
@@ -23,15 +25,30 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.kernels import gemv as G
+from engine.kernels import small_m as S
 from engine.kernels.attention import DecodeAttention
 from engine.kernels.elementwise import rmsnorm, rope_and_cache, silu_mul
 from engine.model import DenseKVCache, Qwen2
 
 
+# The small-batch kernels' default tiles: (rows per program, input tile width, warps, splits, stages).
+# Not yet measured: chosen so that each kernel of Qwen2.5-1.5B launches 128 programs or more (the
+# H200 has 132 SMs) with weight tiles of at least as many rows as the 16 padded activation rows;
+# benchmarks/profile_decode.py --small sweeps them.
+# Batches 2..SMALL_MAX decode on the small-batch kernels by default. 1 (none) until the kernels are
+# measured on a GPU against the cuBLAS path (benchmarks/profile_decode.py --small); until then
+# `python -m engine bench --small-batch-max 16` (or small_max=16) asks for them.
+SMALL_MAX = 1
+
+SMALL_TILES = {"qkv": (16, 128, 4, 2, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
+               "down": (32, 128, 4, 4, 3), "lm_head": (128, 128, 4, 1, 3)}
+
+
 class FastPath:
     """The passes of one model, over its own weight tensors (nothing is copied)."""
 
-    def __init__(self, model: Qwen2, b1_tiles: dict | None = None, pdl: bool = False):
+    def __init__(self, model: Qwen2, b1_tiles: dict | None = None, pdl: bool = False,
+                 small_tiles: dict | None = None, small_max: int | None = None):
         c = model.config
         self.model, self.config = model, c
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -48,7 +65,13 @@ class FastPath:
         self.tiles.update(b1_tiles or {})
         half = self.head_dim // 2  # a qkv program covers rows in both halves of one head
         self.tiles["qkv"] = (min(self.tiles["qkv"][0], half), *self.tiles["qkv"][1:])
-        self.pdl = pdl  # programmatic dependent launch for the batch-1 kernels (engine.kernels.pdl)
+        # (rows per program, input tile width, warps, splits of the input, pipeline stages) of each
+        # small-batch kernel (engine.kernels.small_m); benchmarks/profile_decode.py --small sweeps them.
+        self.small_tiles = dict(SMALL_TILES)
+        self.small_tiles.update(small_tiles or {})
+        self.small_max = SMALL_MAX if small_max is None else small_max  # batches 2..small_max: small-batch kernels
+        self.workspace = S.Workspace()
+        self.pdl = pdl  # programmatic dependent launch for the batch-1 and small-batch kernels (engine.kernels.pdl)
         self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling
 
     def _mark(self, label: str) -> None:
@@ -96,6 +119,50 @@ class FastPath:
         position += 1
         mark("argmax+advance")
         return token
+
+    def uses_small(self, batch: int) -> bool:
+        """Whether a decode batch of this size runs `decode_small`."""
+        return 2 <= batch <= self.small_max
+
+    def decode_small(self, tokens: Tensor, positions: Tensor, k_caches: list[Tensor], v_caches: list[Tensor],
+                     attend: Callable[[int, Tensor, Tensor], None], slots: Tensor | None = None) -> Tensor:
+        """One decode pass of a small batch, as `decode_b1` row for row: tokens, positions [B]
+        device buffers advanced in place; row b's keys and values go into k_caches[i],
+        v_caches[i] (dense [B, kv_heads, S, D] at positions[b], or paged at flat slots[b], -1
+        writing nothing), and `attend(i, q, out)` computes layer i's attention of q [B, heads * D]
+        into out [B, heads * D]."""
+        t, mark, ws, pdl = self.small_tiles, self._mark, self.workspace, self.pdl
+        B = tokens.shape[0]
+        h = self.embed[tokens]  # [B, H], a fresh buffer the kernels update in place
+        q = h.new_empty(B, self.heads * self.head_dim)
+        attn_out = torch.empty_like(q)
+        act = h.new_empty(B, self.config.intermediate_size)
+        mark("embed")
+
+        def tile(name):
+            rows, block_k, warps, split, stages = t[name]
+            return {"rows": rows, "block_k": block_k, "warps": warps, "split": split, "stages": stages,
+                    "workspace": ws, "pdl": pdl}
+
+        for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
+            S.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, positions, self.cos, self.sin, q, k_caches[i],
+                             v_caches[i], self.heads, self.kv_heads, slots=slots, **tile("qkv"))
+            mark("qkv+norm+rope")
+            attend(i, q, attn_out)
+            mark("attention")
+            S.linear(w_o, attn_out, h, residual=h, **tile("o"))
+            mark("o+residual")
+            S.gate_up_silu(w_gu, h, ln2, self.eps, act, **tile("gate_up"))
+            mark("gate_up+norm+silu")
+            S.linear(w_down, act, h, residual=h, **tile("down"))
+            mark("down+residual")
+        logits = h.new_empty(B, self.lm_head.shape[0])
+        S.linear(self.lm_head, h, logits, norm_weight=self.final_norm, eps=self.eps, **tile("lm_head"))
+        mark("lm_head+norm")
+        torch.argmax(logits, dim=-1, out=tokens)
+        positions += 1
+        mark("argmax+advance")
+        return tokens
 
     def run_layers(self, h: Tensor, attend: Callable[[int, Tensor], Tensor]) -> Tensor:
         """Every layer over the token rows h [N, H] (updated in place and returned, the last

@@ -6,7 +6,8 @@ decode attention through block tables for the sequences that decode, flash-style
 attention for prompts and prompt chunks (on top of cached context), both in one pass when it is
 mixed. `forward` launches a pass kernel by kernel (any pass); decode passes replay CUDA graphs
 captured at padded batch buckets (1, 2, 4, then multiples of 8, as vLLM), largest first into one
-memory pool, batch 1 on the fused batch-1 kernels. Prefill and mixed passes of up to 8,192
+memory pool, batch 1 on the fused batch-1 kernels, batches 2..`small_max` (none unless asked for) on their
+small-batch form. Prefill and mixed passes of up to 8,192
 tokens replay graphs too, their tokens padded to a power of two and their sequences to one
 (chunk attention for every row, a decode being a one-token chunk): on a slow host the hundreds of
 launches of such a pass cost more than the GPU's work. A graph's inputs are static buffers the
@@ -35,18 +36,21 @@ class PagedFastPath:
     """Passes of one model over one paged cache, for batches of up to `max_batch` sequences."""
 
     def __init__(self, model: Qwen2, cache: PagedKVCache, max_batch: int, graphs: bool = False,
-                 b1_tiles: dict | None = None, static_decode: bool = False):
+                 b1_tiles: dict | None = None, static_decode: bool = False, small_tiles: dict | None = None,
+                 small_max: int | None = None):
         """graphs: capture the decode passes as CUDA graphs; static_decode: run them through the
         same static buffers without capturing (the CPU tests of the graph path's inputs)."""
         c = model.config
         self.cache, self.config, self.max_batch = cache, c, max_batch
         self.device = model.embed_tokens.weight.device
         pdl = graphs and pdl_available() and torch.cuda.get_device_capability()[0] >= 9
-        self.fast = FastPath(model, b1_tiles, pdl)
+        self.fast = FastPath(model, b1_tiles, pdl, small_tiles, small_max)
         max_len = min(c.context_length, cache.num_blocks * cache.block_size)
         shape = (c.num_attention_heads, c.num_key_value_heads, c.head_dim, max_len, cache.block_size, self.device)
         self.attention = PagedDecodeAttention(max_batch, *shape)
         self.attention_b1 = PagedDecodeAttention(1, *shape, pdl=pdl)  # in the batch-1 kernels' PDL chain
+        small = min(max_batch, self.fast.small_max)  # and the small-batch kernels'
+        self.attention_small = PagedDecodeAttention(small, *shape, pdl=pdl) if small >= 2 else None
         self.buckets = graph_buckets(max_batch)
         self.token_buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)
         self.seq_buckets = powers_of_two(1, max_batch)
@@ -144,6 +148,14 @@ class PagedFastPath:
                                                          self.s_tables, self.s_lens, out.view(1, -1), batch=1)
             token = self.fast.decode_b1(self.s_tokens[:1], self.s_positions[:1], k, v, attend, slot=self.s_slots[:1])
             self.s_out[:1].copy_(token)
+            return self.s_out
+        if self.fast.uses_small(b):
+            shape = (b, c.num_attention_heads, c.head_dim)
+            attend = lambda i, q, out: self.attention_small(q.view(shape), k[i], v[i], self.s_tables[:b],  # noqa: E731
+                                                            self.s_lens[:b], out, batch=b)
+            token = self.fast.decode_small(self.s_tokens[:b], self.s_positions[:b], k, v, attend,
+                                           slots=self.s_slots[:b])
+            self.s_out[:b].copy_(token)
             return self.s_out
         h = self.fast.embed[self.s_tokens[:b]]
         q = torch.empty(b, c.num_attention_heads, c.head_dim, dtype=h.dtype, device=h.device)

@@ -70,6 +70,7 @@ def test_a_cpu_run_never_writes_into_the_committed_results(tmp_path, monkeypatch
     (["--dtype", "float8"], "unknown dtype 'float8'"),
     (["--runs", "x"], "argument --runs: invalid int value"),
     (["--seed", "-1"], "argument --seed: must be at least 0"),
+    (["--small-batch-max", "17"], "argument --small-batch-max: must be at most 16"),
     (["--seed", "99999999999999999999999"], "argument --seed: must be at most"),
     (["--engine", "batched", "--batch-size", "100000000000"], "--batch-size 100000000000: its KV cache and logits"),
     (["--out", "{tmp}/file"], "--out {tmp}/file: exists and is not a directory"),

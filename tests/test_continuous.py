@@ -122,11 +122,14 @@ def test_the_triton_kernels_give_the_eager_paths_tokens(model, reference):
 
 def test_the_graph_paths_static_buffers_give_the_same_tokens(model, reference):
     """Decode passes through the graph path's static buffers and padded buckets (uncaptured on
-    the CPU), batch 1 on the fused batch-1 kernels writing into the paged cache."""
+    the CPU), batch 1 on the fused batch-1 kernels and batches 2 and 4 on the small-batch kernels
+    writing into the paged cache (padding rows writing nothing)."""
     pytest.importorskip("triton")
-    from test_fast_path import TINY_TILES
+    from test_fast_path import TINY_SMALL, TINY_TILES
     cache = PagedKVCache(model.config, 200, BLOCK, torch.float32, "cpu")
-    runner = ModelRunner(model, cache, max_num_seqs=6, kernels="triton", b1_tiles=TINY_TILES, static_decode=True)
+    runner = ModelRunner(model, cache, max_num_seqs=6, kernels="triton", b1_tiles=TINY_TILES, static_decode=True,
+                         small_tiles=TINY_SMALL, small_max=16)
+    assert runner.fast.fast.uses_small(4)
     for reqs, sched in ((requests(1), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),
                         (requests(3), ContinuousBatching(BlockPool(200, BLOCK), max_num_seqs=6, max_model_len=64)),
                         (requests(5), ChunkedPrefill(BlockPool(200, BLOCK), max_num_seqs=6, max_num_batched_tokens=16,

@@ -16,6 +16,15 @@ from engine.weights import build_random  # noqa: E402
 
 # Tiles small enough for the tiny model's shapes (hidden 64, head_dim 16, intermediate 128).
 TINY_TILES = {"qkv": (8, 64, 4), "o": (8, 64, 4), "gate_up": (16, 64, 4), "down": (8, 128, 4), "lm_head": (4096, 64, 4)}
+# The small-batch kernels' (rows, tile width, warps, splits, stages) for the same shapes: few
+# programs, so the interpreter runs a step quickly; the splits exercise the split reduction.
+TINY_SMALL = {"qkv": (8, 32, 4, 2, 1), "o": (32, 32, 4, 2, 1), "gate_up": (64, 64, 4, 1, 1),
+              "down": (32, 32, 4, 4, 1), "lm_head": (8192, 64, 4, 1, 1)}
+
+
+def decoder(model, small_max=16, **kwargs):
+    from engine.cuda_graphs import GraphDecoder
+    return GraphDecoder(model, False, TINY_TILES, small_tiles=TINY_SMALL, small_max=small_max, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +39,29 @@ def test_batch_1_fused_decode_gives_the_eager_tokens(model):
     assert fast == eager
 
 
+@pytest.mark.parametrize("batch", [2, 3, 8])
+def test_small_batch_fused_decode_gives_the_eager_tokens(model, batch):
+    prompts = [[(5 * i + b) % 150000 for i in range(9)] for b in range(batch)]
+    eager = generate(model, prompts, 5, engine="batched").tokens
+    dec = decoder(model)
+    assert dec.fast.uses_small(batch)
+    assert generate(model, prompts, 5, engine="batched", decoder=dec).tokens == eager
+
+
 def test_batched_decode_and_prefill_give_the_eager_tokens(model):
+    """Batches past `small_max` decode on cuBLAS and the small kernels between (here batch 3 with
+    small_max 2)."""
     prompts = [[(5 * i + b) % 150000 for i in range(9)] for b in range(3)]
     eager = generate(model, prompts, 6, engine="batched").tokens
-    fast = generate(model, prompts, 6, engine="batched", decoder=GraphDecoder(model, False, TINY_TILES)).tokens
-    assert fast == eager
+    dec = decoder(model, small_max=2)
+    assert not dec.fast.uses_small(3)
+    assert generate(model, prompts, 6, engine="batched", decoder=dec).tokens == eager
 
 
 def test_prompts_of_different_lengths_prefill_eagerly_then_decode_fused(model):
     prompts = [[(3 * i + b) % 150000 for i in range(5 + 4 * b)] for b in range(3)]
     eager = generate(model, prompts, 5, engine="batched").tokens
-    fast = generate(model, prompts, 5, engine="batched", decoder=GraphDecoder(model, False, TINY_TILES)).tokens
+    fast = generate(model, prompts, 5, engine="batched", decoder=decoder(model)).tokens
     assert fast == eager
 
 

@@ -45,13 +45,15 @@ def check_against_eager(model, prompt: list[int], tokens: list[int]) -> None:
     assert exact >= 0.95
 
 
-@pytest.mark.parametrize("batch, pdl", [(1, False), (1, True), (3, False)])
+@pytest.mark.parametrize("batch, pdl", [(1, False), (1, True), (3, False), (8, True), (16, False)])
 def test_graph_replay_gives_the_tokens_of_the_same_kernels_launched_eagerly(model, batch, pdl):
     from engine.cuda_graphs import GraphDecoder
 
     prompts = [prompt_ids("p256")] * batch
-    graphs = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, True, pdl=pdl)).tokens
-    launched = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, False)).tokens
+    small = 16 if batch > 1 else None  # batches 3, 8, 16 on the small-batch kernels
+    graphs = generate(model, prompts, 256, engine="batched",
+                      decoder=GraphDecoder(model, True, pdl=pdl, small_max=small)).tokens
+    launched = generate(model, prompts, 256, engine="batched", decoder=GraphDecoder(model, False, small_max=small)).tokens
     assert graphs == launched
 
 
@@ -64,6 +66,21 @@ def test_graph_path_tokens_are_the_eager_models_greedy_choices(model, prompt, ba
     for tokens in run.tokens[:2]:
         check_against_eager(model, ids, tokens)
     assert all(t == run.tokens[0] for t in run.tokens)  # the same prompt gives the same tokens in any row
+
+
+@pytest.mark.parametrize("batch", [2, 8, 16])
+def test_small_batch_kernels_give_the_eager_models_greedy_choices(model, batch):
+    """Batches 2..16 decode on the small-batch kernels (engine.kernels.small_m), rows of
+    different prompts each at their own positions."""
+    from engine.cuda_graphs import GraphDecoder
+
+    ids = prompt_ids("p1024")
+    prompts = [ids[16 * b: 16 * b + 256] for b in range(batch)]
+    decoder = GraphDecoder(model, small_max=16)
+    assert decoder.fast.uses_small(batch)
+    run = generate(model, prompts, 128, engine="batched", decoder=decoder)
+    for p, tokens in zip(prompts, run.tokens):
+        check_against_eager(model, p, tokens)
 
 
 def test_graph_path_handles_a_batch_of_different_prompts(model):
@@ -90,16 +107,16 @@ def test_eager_engine_tokens_agree_with_the_graph_path_until_a_near_tie(model):
         assert float(logits.max() - logits[graphs[first]]) <= NEAR_TIE
 
 
-def continuous_tokens(model, prompts, policy, num_blocks, new_tokens=64, graphs=True):
+def continuous_tokens(model, prompts, policy, num_blocks, new_tokens=64, graphs=True, max_num_seqs=8, small_max=None):
     from core.kv import BlockPool
     from core.scheduler import make_scheduler
     from engine.continuous import ModelRunner, Request, serve
     from engine.paged import PagedKVCache
 
     cache = PagedKVCache(model.config, num_blocks, 16, torch.float16, "cuda")
-    runner = ModelRunner(model, cache, max_num_seqs=8, kernels="triton", graphs=graphs)
+    runner = ModelRunner(model, cache, max_num_seqs=max_num_seqs, kernels="triton", graphs=graphs, small_max=small_max)
     budget = 256 if policy == "chunked" else None  # a small budget makes chunked passes mixed
-    sched = make_scheduler(policy, BlockPool(num_blocks, 16), max_num_seqs=8, max_num_batched_tokens=budget,
+    sched = make_scheduler(policy, BlockPool(num_blocks, 16), max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                            max_model_len=min(num_blocks * 16, 2048))
     res = serve([Request(f"r{i}", 0.0, p, new_tokens) for i, p in enumerate(prompts)], sched, runner, realtime=False)
     assert all(r.completed for r in res.requests)
@@ -120,6 +137,17 @@ def test_continuous_engine_tokens_are_the_eager_models_greedy_choices(model, pol
     assert {p.mode for p in res.passes} == {"graph"}  # decode and prefill passes alike
     if policy == "chunked":
         assert "mixed" in {p.kind for p in res.passes}
+    for i, p in enumerate(prompts):
+        check_against_eager(model, p, res.tokens[f"r{i}"])
+
+
+@pytest.mark.parametrize("batch", [2, 8, 16])
+def test_continuous_engine_small_batches_give_the_eager_models_greedy_choices(model, batch):
+    """Decode passes of 2..16 sequences replay the small-batch kernels over the paged cache."""
+    ids = prompt_ids("p1024")
+    prompts = [ids[16 * b: 16 * b + 256] for b in range(batch)]
+    res = continuous_tokens(model, prompts, "continuous", 4096, new_tokens=128, max_num_seqs=16, small_max=16)
+    assert batch in {p.padded_to for p in res.passes if p.kind == "decode" and p.mode == "graph"}
     for i, p in enumerate(prompts):
         check_against_eager(model, p, res.tokens[f"r{i}"])
 

@@ -385,3 +385,159 @@ def test_kernels_launched_outside_a_graph_compile_once_whatever_the_batch():
         now = [variants(k) for k in (_chunk_attention_kernel, _decode_attention_kernel, _rope_cache_kernel)]
         before = before or now
         assert now == before, (seqs, offset, width, now, before)
+
+
+# ---------------------------------------------------------------- small-batch kernels (engine.kernels.small_m)
+
+@pytest.mark.parametrize("M, split", [(3, 1), (5, 3)])
+def test_small_m_linear_with_norm_and_with_residual(M, split):
+    from engine.kernels import small_m as S
+    N, K = 100, 96  # N not a multiple of the row tile, K not of the split
+    W = torch.randn(N, K, dtype=torch.float16, device=DEVICE) * 0.1
+    x = torch.randn(M, K, dtype=torch.float16, device=DEVICE)
+    nw = torch.randn(K, dtype=torch.float16, device=DEVICE)
+    ws = S.Workspace()
+    out = S.linear(W, x, poisoned(M, N), norm_weight=nw, eps=1e-6, rows=16, block_k=32, split=split, workspace=ws)
+    norm = RMSNorm(K, 1e-6).to(DEVICE, torch.float16)
+    norm.weight.data.copy_(nw)
+    assert rel(out, F.linear(norm(x).float(), W.float())) < 2e-3
+    h = torch.randn(M, N, dtype=torch.float16, device=DEVICE)
+    expected = h + (x.float() @ W.float().T).half()
+    for _ in range(2):  # a second launch reuses the tickets the first reset
+        got = h.clone()
+        S.linear(W, x, got, residual=got, rows=16, block_k=32, split=split, workspace=ws)
+        assert rel(got, expected) < 2e-3
+    assert int(ws.tickets.abs().sum()) == 0
+
+
+def small_m_qkv_setup(M, heads, kv_heads, D, bias):
+    H = 96
+    n = (heads + 2 * kv_heads) * D
+    W = torch.randn(n, H, dtype=torch.float16, device=DEVICE) * 0.1
+    b = torch.randn(n, dtype=torch.float16, device=DEVICE) * 0.1 if bias else None
+    h = torch.randn(M, H, dtype=torch.float16, device=DEVICE)
+    norm = RMSNorm(H, 1e-6).to(DEVICE, torch.float16)
+    norm.weight.data.normal_()
+    rot = Rotary(D, 10000.0, 64).to(DEVICE)
+    rot.cos, rot.sin = rot.cos.half(), rot.sin.half()
+    qkv = F.linear(norm(h).float(), W.float(), None if b is None else b.float()).half().view(M, 1, -1, D)
+    return W, b, h, norm, rot, qkv.split((heads, kv_heads, kv_heads), dim=2)
+
+
+# a GQA ratio of 3 and of 4, head_dim 64 and 128, with and without the q|k|v bias, one split and two
+@pytest.mark.parametrize("heads, kv_heads, D, bias, split", [(6, 2, 64, True, 1), (4, 1, 128, False, 2)])
+def test_small_m_qkv_rope_cache_writes_each_row_at_its_own_position(heads, kv_heads, D, bias, split):
+    from engine.kernels import small_m as S
+    M, S_len = 3, 20
+    W, b, h, norm, rot, (q_ref, k_ref, v_ref) = small_m_qkv_setup(M, heads, kv_heads, D, bias)
+    pos = torch.tensor([7, 0, 13], device=DEVICE)
+    q = poisoned(M, heads * D)
+    kc, vc = poisoned(M + 1, kv_heads, S_len, D), poisoned(M + 1, kv_heads, S_len, D)
+    S.qkv_rope_cache(W, b, h, norm.weight, 1e-6, pos, rot.cos, rot.sin, q, kc, vc, heads, kv_heads, rows=16,
+                     block_k=32, split=split)
+    p = pos[:, None]
+    assert rel(q.view(M, heads, D), rot(q_ref, p)[:, 0]) < 2e-3
+    written = torch.zeros(M + 1, S_len, dtype=torch.bool, device=DEVICE)
+    written[torch.arange(M), pos] = True
+    assert rel(kc[torch.arange(M), :, pos], rot(k_ref, p)[:, 0]) < 2e-3
+    assert rel(vc[torch.arange(M), :, pos], v_ref[:, 0]) < 2e-3
+    assert torch.isnan(kc.transpose(1, 2)[~written]).all() and torch.isnan(vc.transpose(1, 2)[~written]).all()
+
+
+def test_small_m_qkv_rope_cache_into_a_paged_cache_skips_padding_rows():
+    from engine.kernels import small_m as S
+    M, heads, kv_heads, D, blocks, block_size = 3, 6, 2, 64, 5, 4
+    W, b, h, norm, rot, (q_ref, k_ref, v_ref) = small_m_qkv_setup(M, heads, kv_heads, D, True)
+    pos = torch.tensor([7, 2, 0], device=DEVICE)
+    slots = torch.tensor([13, 2, -1], dtype=torch.int32, device=DEVICE)  # the last row is padding
+    q = poisoned(M, heads * D)
+    kc, vc = poisoned(blocks, block_size, kv_heads, D), poisoned(blocks, block_size, kv_heads, D)
+    S.qkv_rope_cache(W, b, h, norm.weight, 1e-6, pos, rot.cos, rot.sin, q, kc, vc, heads, kv_heads, rows=16,
+                     block_k=32, split=2, slots=slots)
+    p = pos[:, None]
+    assert rel(q.view(M, heads, D), rot(q_ref, p)[:, 0]) < 2e-3
+    k_flat, v_flat = kc.view(-1, kv_heads, D), vc.view(-1, kv_heads, D)
+    real = slots[:2].long()
+    assert rel(k_flat[real], rot(k_ref, p)[:2, 0]) < 2e-3
+    assert rel(v_flat[real], v_ref[:2, 0]) < 2e-3
+    others = torch.ones(blocks * block_size, dtype=torch.bool, device=DEVICE)
+    others[real] = False
+    assert torch.isnan(k_flat[others]).all() and torch.isnan(v_flat[others]).all()  # nothing else written
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_small_m_gate_up_silu_is_norm_projection_and_silu_times_up(split):
+    from engine.kernels import small_m as S
+    M, H, inter = 3, 96, 72
+    W = torch.randn(2 * inter, H, dtype=torch.float16, device=DEVICE) * 0.1
+    h = torch.randn(M, H, dtype=torch.float16, device=DEVICE)
+    norm = RMSNorm(H, 1e-6).to(DEVICE, torch.float16)
+    norm.weight.data.normal_()
+    out = poisoned(M, inter)
+    S.gate_up_silu(W, h, norm.weight, 1e-6, out, rows=16, block_k=32, split=split)
+    g, u = F.linear(norm(h).float(), W.float()).half().chunk(2, dim=-1)
+    assert rel(out, F.silu(g) * u) < 2e-3
+
+
+def test_profile_decode_small_sweep_picks_the_fastest_and_writes_every_row(tmp_path):
+    """The GPU script's bookkeeping (benchmarks/profile_decode.py --small), without a GPU: every
+    candidate tile fits the 1.5B model's shapes, the default comes first, a skipped candidate never
+    wins, the summary compares each batch's old and best new step, the CSV holds every row."""
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    from core.config import get_preset
+    from engine.fast_path import SMALL_TILES
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_decode", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_decode.py")
+    pd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pd)
+    c = get_preset("qwen2.5-1.5b")
+    cands = pd.small_candidates()
+    assert set(cands) == set(SMALL_TILES)
+    for name, tiles in cands.items():
+        assert tiles[0] == SMALL_TILES[name] and len(set(tiles)) == len(tiles) > 1
+    half = c.head_dim // 2
+    assert all(half % min(t[0], half) == 0 for t in cands["qkv"])  # rows per program divide half a head
+    assert pd.fastest([(None, "a"), (3.0, "b"), (2.0, "c")]) == (2.0, "c")
+    with pytest.raises(RuntimeError):
+        pd.fastest([(None, "a")])
+    step = lambda b, path, pdl, us, tiles="": {"section": "step", "batch": b, "path": path, "pdl": pdl,  # noqa: E731
+                                               "kernel": "step", "tiles": tiles, "time_us": us, "gb_s": None}
+    rows = [step(1, "batch-1", False, 1200.0), step(8, "old", False, 1700.0), step(8, "small-default", False, 1400.0),
+            step(8, "small-best", True, 1250.0, "qkv=16x128x4x2x3"), step(8, "small-best", False, None),
+            {"section": "kernel", "batch": 8, "path": "small", "pdl": False, "kernel": "o", "tiles": "16x128x4x2x3",
+             "time_us": 5.0, "gb_s": 943.7}]
+    kernel = lambda b, tiles, us: {"section": "kernel", "batch": b, "path": "small", "pdl": False,  # noqa: E731
+                                   "kernel": "down", "tiles": tiles, "time_us": us, "gb_s": None}
+    sweep = [kernel(2, "16x128x4x4x3", 5.0), kernel(8, "16x128x4x4x3", 9.0), kernel(2, "32x128x4x2x3", 6.0),
+             kernel(8, "32x128x4x2x3", 7.0), kernel(2, "32x256x4x8x3", 1.0), kernel(8, "32x256x4x8x3", None)]
+    assert pd.suggest_tiles(sweep) == {"down": (32, 128, 4, 2, 3)}  # least in sum, among those timed at both
+    summary = pd.small_summary(rows).splitlines()
+    line8 = next(line for line in summary if line.split()[0] == "8")
+    assert line8.split()[1:4] == ["1.700", "1.250", "0.735"] and "small-best (True)" in line8
+    # the sweep's own launches, in the interpreter on a small model, with a timer that runs each
+    # chain once and finds each later candidate faster; tiles 48 wide do not compile (not a power of 2)
+    from dataclasses import replace
+    small = replace(c, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=300, name="small")
+    clock = iter(range(1000))
+
+    def timer(fns):
+        for f in fns:
+            f()
+        return 1000.0 - next(clock)
+
+    pd.chain_time_us = timer
+    grid = {name: {"rows": (16, 32), "block_k": (32, 48), "warps": (4,), "split": (2,), "stages": (1,)}
+            for name in SMALL_TILES}
+    best, sweep_rows = pd.sweep_small_tiles([2], cache_len=32, context=20, config=small, device=DEVICE, grid=grid)
+    assert best == {2: {name: (32, 32, 4, 2, 1) for name in SMALL_TILES}}
+    assert len(sweep_rows) == 5 * len(SMALL_TILES)  # the default and four candidates each
+    assert [r["time_us"] is None for r in sweep_rows] == [False, False, True, False, True] * len(SMALL_TILES)
+    pd.write_csv(str(tmp_path / "small.csv"), rows)
+    with open(tmp_path / "small.csv") as f:
+        back = list(csv.DictReader(f))
+    assert len(back) == len(rows) and back[3]["time_us"] == "1250.000" and back[4]["time_us"] == ""

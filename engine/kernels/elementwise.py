@@ -86,8 +86,9 @@ def _rope_cache_kernel(QKV, Pos, Slots, Cos, Sin, Q, KC, VC, T, kv_stride_b, kv_
     if PAGED:  # the token's row: flat slot Slots[tok] of [blocks * block_size, kv_heads, D]; -1: none
         slot = tl.load(Slots + tok).to(tl.int64)
         row = slot * kv_stride_s
-        is_k = is_k & (slot >= 0)
-        is_v = is_v & (slot >= 0)
+        write = (slot + tl.zeros([ALL, 1], tl.int64)) >= 0  # a tensor of the masks' shape: Triton 3.9's
+        is_k = is_k & write                                 # interpreter takes a scalar `&` as integers
+        is_v = is_v & write
     else:  # [b, :, pos] of [B, kv_heads, S, D], token tok belonging to sequence tok // T
         row = (tok // T) * kv_stride_b + pos * D
     kvh = tl.where(h < HEADS + KV_HEADS, h - HEADS, h - HEADS - KV_HEADS)

@@ -111,7 +111,7 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Slot, Cos, Sin, Q, KC, VC, eps, 
     if PAGED:  # flat slot Slot[0] of [blocks * block_size, kv_heads, D]; -1: no cache write
         slot = tl.load(Slot).to(tl.int64)
         row = slot * kv_stride_s
-        write = slot >= 0
+        write = (slot + tl.zeros([R], tl.int64)) >= 0  # a mask of the stores' shape (see elementwise)
     else:  # position `pos` of [1, kv_heads, S, D]
         row = pos * D
         write = None
