@@ -42,7 +42,7 @@ def test_the_grid_has_prompt_passes_a_cuda_graph_runs_padded():
     buckets = powers_of_two(32, PREFILL_GRAPH_TOKENS)  # the prefill graphs' token counts
     padded = [s for s in default_shapes(1024, 16384) if s.group.startswith("prompts seed")
               and sum(n for _, n in s.seqs) <= buckets[-1] and sum(n for _, n in s.seqs) not in buckets]
-    # the seed's prompts in twos to fives, as a loaded engine groups them: 4,096 + 64 tokens run at 8,192
+    # the part0 workload's prompts in twos to fives, as a loaded engine groups them: 4,096 + 64 tokens run at 8,192
     assert {len(s.seqs) for s in padded} == {2, 3, 4, 5} and len(padded) >= 15
     assert any(s.seqs == ((0, 4096), (0, 64)) for s in padded)
 
@@ -76,7 +76,7 @@ def test_an_unknown_way_of_launching_is_refused():
 
 def test_the_grid_has_closed_batches_single_passes_up_to_its_token_limit():
     passes = {s.group: sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=262_144)}
-    assert passes["prompts mix x192"] == 192 // 5 * sum((16, 64, 256, 1024, 4096)) + 16 + 64  # the seed's five in turn
+    assert passes["prompts mix x192"] == 192 // 5 * sum((16, 64, 256, 1024, 4096)) + 16 + 64  # the part0 workload's five in turn
     assert max(passes.values()) == 262_144
     assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384, max_pass_tokens=65_536)) == 65_536
     assert max(sum(n for _, n in s.seqs) for s in default_shapes(1024, 16384)) == 32_768  # the default

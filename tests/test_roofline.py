@@ -1,4 +1,4 @@
-"""The roofline reproduces the seed's five numbers for the A10."""
+"""The roofline reproduces the part0 series' five numbers for the A10."""
 import pytest
 
 from core.config import get_preset
