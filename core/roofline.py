@@ -89,7 +89,7 @@ class Roofline:
 
     def table(self) -> str:
         rows = [
-            ("Weights", f"{self.weight_bytes / 1e9:.2f} GB", "parameters x bytes each, tied lm_head read once"),
+            ("Weights", f"{self.weight_bytes / 1e9:.2f} GB", "read by a pass: every matrix once (an untied embedding is a lookup)"),
             ("Batch 1 ceiling", f"{self.batch1_ceiling_tok_s:,.0f} tok/s",
              f"weights / bandwidth = {self.batch1_floor_ms:.3g} ms to read them once"),
             ("KV cache", f"{self.kv_bytes_per_token:,} bytes/token", "2 x bytes x layers x KV heads x head dim"),
