@@ -49,6 +49,7 @@ def generate_main(argv: list[str]) -> int:
         ids = prompt_ids(args.prompt, checkpoint) if args.prompt.startswith("p") and args.prompt[1:].isdigit() \
             else tok.encode(args.prompt)
         model, weights = load_model(args.model, args.dtype, resolve_device(args.device))
+        ids = [t % model.config.vocab_size for t in ids]  # (Qwen2.5 ids, for a preset of another vocabulary)
         run = generate(model, [ids], args.new_tokens, engine=args.engine, stop_at_eos=args.stop_at_eos)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

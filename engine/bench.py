@@ -144,7 +144,8 @@ def gpu_idle_before(clock, passes: list, last_end: float | None) -> tuple[float 
 
 def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, checkpoint: str | None) -> list[dict]:
     """Warm up, then record; returns the recorded rows (each written to disk as it finishes)."""
-    prompts = batch_prompts(prompt, batch, checkpoint)
+    vocab = setup.model.config.vocab_size  # (the Qwen2.5 tokenizer's ids, for a model of another vocabulary)
+    prompts = [[t % vocab for t in p] for p in batch_prompts(prompt, batch, checkpoint)]
     check_fits(setup.model, [len(p) for p in prompts], setup.new_tokens)
     store = RunStore(setup.store_root / STORE_NAMES.get(engine, engine))
     if engine == "continuous":

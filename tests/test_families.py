@@ -180,3 +180,25 @@ def test_a_model_larger_than_the_gpus_free_memory_is_refused_before_allocating(m
     with pytest.raises(ModelTooLarge, match=r"qwen2.5-7b: its weights take 30.5 GB in float32, more than the 20.0 GB "
                                             r"free of the GPU's 24.0 GB"):
         build_random("qwen2.5-7b", dtype="float32", device="cuda")  # refused before touching the device
+
+
+@pytest.mark.parametrize("preset", ["qwen2.5-7b", "llama-3.1-8b", "llama-3.2-1b", "qwen3-8b"])
+def test_each_presets_family_written_as_a_hugging_face_config_is_transformers_model(preset):
+    """A preset's architecture at a small width: its to_hf_dict builds transformers' class for the
+    family (as the Hugging Face baseline does), which on the engine's weights gives its logits."""
+    from dataclasses import replace
+
+    from core.config import get_preset
+    from engine.weights import build_random
+    c = replace(get_preset(preset), num_hidden_layers=2, hidden_size=64, intermediate_size=32, vocab_size=300,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=32 if preset == "qwen3-8b" else 16,
+                bos_token_id=1, eos_token_id=2, context_length=256, max_position_embeddings=256)
+    if c.rope_scaling is not None:  # scaled below position 100
+        c = replace(c, rope_scaling=replace(c.rope_scaling, original_max_position_embeddings=32))
+    model = build_random(c, dtype="float32", seed=1, std=0.3)
+    hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**c.to_hf_dict())).eval()
+    assert type(hf).__name__.lower().startswith(c.model_type)
+    hf.load_state_dict(engine_to_hf(model))
+    tokens = torch.randint(0, 300, (2, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert relative_error(model.logits(model(tokens, torch.arange(100).expand(2, 100))), hf(tokens).logits) < 1e-4
