@@ -57,9 +57,12 @@ class ModelConfig:
     rope_scaling: Llama3Rope | None = None
 
     def __post_init__(self) -> None:
-        if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads
-                               if isinstance(self.hidden_size, int) else self.hidden_size)
+        if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0 \
+                and isinstance(self.hidden_size, int) and self.hidden_size > 0:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                                 f"{self.num_attention_heads}, and no head_dim is given")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "max_position_embeddings", "context_length", "head_dim")
         for name in sizes:
