@@ -202,3 +202,20 @@ def test_each_presets_family_written_as_a_hugging_face_config_is_transformers_mo
     tokens = torch.randint(0, 300, (2, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert relative_error(model.logits(model(tokens, torch.arange(100).expand(2, 100))), hf(tokens).logits) < 1e-4
+
+
+def test_the_engine_cli_runs_a_config_json_and_refuses_an_unsupported_one(tmp_path, capsys):
+    from engine.__main__ import main
+    cfg = tmp_path / "llama" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(hf_model("llama").config.to_dict()))
+    assert main(["generate", "--model", str(cfg), "--device", "cpu", "--dtype", "float32", "--new-tokens", "3",
+                 "--prompt", "p16"]) == 0
+    assert "seeded random weights" in capsys.readouterr().err
+    bad = tmp_path / "moe.json"
+    bad.write_text(json.dumps(dict(COMMON, model_type="qwen2_moe", num_experts=8)))
+    out = tmp_path / "out"
+    assert main(["bench", "--model", str(bad), "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "num_experts = 8: mixture of experts" in err[0]
+    assert not out.exists()
