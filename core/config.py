@@ -330,6 +330,8 @@ def is_config_path(name: str) -> bool:
 def resolve_model(name_or_path: str | Path) -> ModelConfig:
     """What `--model` names: a preset, a config.json, or a directory holding one (a checkpoint)."""
     name = str(name_or_path)
+    if not name.strip():
+        raise ValueError(f"--model is empty; give a preset ({', '.join(PRESETS)}) or a config.json path")
     if name in PRESETS:
         return PRESETS[name]
     path = Path(name)

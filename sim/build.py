@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.config import resolve_model
+from core.config import PRESETS, resolve_model
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import GIB, get_gpu
 from core.routers import ROUTERS, make_router
@@ -67,8 +67,8 @@ class RunSpec:
                                         "constant:SECONDS, calibrated:NAME[@GPU] or a calibration JSON (see "
                                         "sim/cost.py); *FACTOR after it makes every pass FACTOR times as long "
                                         "(calibrated:h200*1.02)", type=str, axis=True)
-    model: str = option("qwen2.5-1.5b", "model preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama-3.2-1b, llama-3.1-8b, "
-                                        "qwen3-8b, tiny) or a Hugging Face config.json; a calibration file must match it", type=str)
+    model: str = option("qwen2.5-1.5b", f"model preset ({', '.join(PRESETS)}) or a Hugging Face config.json; a "
+                                        "calibration file must match it", type=str)
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
     overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0, high=MAX_ARRIVAL_S * 1e3)
