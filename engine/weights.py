@@ -161,7 +161,7 @@ class ModelTooLarge(ValueError):
     """A model whose weights do not fit in the device's free memory (refused before allocating)."""
 
 
-def check_fits(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> None:
+def check_weights_fit(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> None:
     """Refuse, before any allocation, a model whose weights alone exceed the GPU's free memory."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -188,7 +188,7 @@ def load_checkpoint(path: str | Path, dtype: torch.dtype | str = "float16",
         raise CheckpointError(f"{path / 'config.json'}: not valid JSON ({e})") from None
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"{path / 'config.json'}: {e}") from None
-    check_fits(config, parse_dtype(dtype), device)
+    check_weights_fit(config, parse_dtype(dtype), device)
     weights = hf_to_engine(config, read_checkpoint(path), source=str(path))
     with torch.device("meta"):
         model = DecoderModel(config).to(parse_dtype(dtype))  # (materialised in the dtype: no float32 copy)
@@ -202,7 +202,7 @@ def build_random(preset: str | ModelConfig, dtype: torch.dtype | str = "float16"
                  device: str | torch.device = "cpu", seed: int = 0, std: float = 0.02) -> DecoderModel:
     """A model from a preset (or config) with seeded random weights, made directly on `device`."""
     config = get_preset(preset) if isinstance(preset, str) else preset
-    check_fits(config, parse_dtype(dtype), device)
+    check_weights_fit(config, parse_dtype(dtype), device)
     with torch.device("meta"):
         model = DecoderModel(config).to(parse_dtype(dtype))  # (float32 values, rounded once into the dtype)
     model = model.to_empty(device=device)

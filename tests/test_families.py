@@ -174,9 +174,9 @@ def test_a_checkpoint_of_an_unsupported_architecture_is_refused_in_one_line(tmp_
 
 def test_a_model_larger_than_the_gpus_free_memory_is_refused_before_allocating(monkeypatch):
     from core.config import get_preset
-    from engine.weights import ModelTooLarge, build_random, check_fits
+    from engine.weights import ModelTooLarge, build_random, check_weights_fit
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (20 * 10**9, 24 * 10**9))
-    check_fits(get_preset("llama-3.1-8b"), torch.float16, "cuda")  # 16.1 GB: fits
+    check_weights_fit(get_preset("llama-3.1-8b"), torch.float16, "cuda")  # 16.1 GB: fits
     with pytest.raises(ModelTooLarge, match=r"qwen2.5-7b: its weights take 30.5 GB in float32, more than the 20.0 GB "
                                             r"free of the GPU's 24.0 GB"):
         build_random("qwen2.5-7b", dtype="float32", device="cuda")  # refused before touching the device
