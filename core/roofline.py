@@ -110,7 +110,7 @@ def free_for_cache_gib(model: ModelConfig, gpu: GPUSpec, dtype_bytes: int = 2) -
     if gpu.free_gib is not None:
         return gpu.free_gib, True
     total_gib = gpu.memory_gb * 1e9 / GIB
-    return max(0.0, 0.9 * total_gib - model.weight_bytes_read_per_pass(dtype_bytes) / GIB), False
+    return max(0.0, 0.9 * total_gib - model.weight_bytes(dtype_bytes) / GIB), False  # every weight, read or not
 
 
 def roofline(model: ModelConfig, gpu: GPUSpec, dtype_bytes: int = 2, prompt_tokens: int = 4096,

@@ -287,7 +287,7 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     kv_bytes = model.kv_bytes_per_token()
     if spec.kv_gib is not None or spec.kv_blocks:  # a cache the user sized: it must fit beside the weights
         cache_gib = num_blocks * spec.block_size * kv_bytes / GIB
-        weights_gib = model.weight_bytes_read_per_pass() / GIB
+        weights_gib = model.weight_bytes() / GIB  # in memory: a separate embedding table too
         card_gib = gpu.memory_gb * 1e9 / GIB
         if cache_gib + weights_gib > card_gib:
             given = f"--kv-blocks {spec.kv_blocks:,}" if spec.kv_blocks else f"--kv-gib {spec.kv_gib:g}"
