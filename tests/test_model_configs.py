@@ -156,3 +156,10 @@ def test_engine_roofline_takes_a_preset_and_refuses_a_bad_config(tmp_path, capsy
     assert engine_main(["roofline", "--model", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "use_sliding_window = true" in err[0]
+
+
+def test_the_memory_left_for_the_cache_counts_an_untied_embedding():
+    from core.roofline import GIB, free_for_cache_gib, get_gpu
+    llama = get_preset("llama-3.1-8b")
+    free, measured = free_for_cache_gib(llama, get_gpu("h100"))
+    assert not measured and free == pytest.approx(0.9 * 80e9 / GIB - 2 * 8_030_261_248 / GIB)
