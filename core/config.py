@@ -238,13 +238,17 @@ def _from_hf_dict(cls, d: dict, name: str | None) -> ModelConfig:
         kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]
     if d.get("head_dim") is not None:
         kwargs["head_dim"] = d["head_dim"]
-    # Qwen2 puts a bias on q, k and v always; the others when attention_bias says so.
-    kwargs["attention_bias"] = True if model_type == "qwen2" else bool(d.get("attention_bias", False))
+    # Qwen2 puts a bias on q, k and v always (never on o). The others' attention_bias would put one
+    # on o_proj too, which the engine does not have.
+    if model_type != "qwen2" and d.get("attention_bias"):
+        raise _refuse("attention_bias", d["attention_bias"], f"a {model_type} model with biases on q, k, v and o "
+                      "is not supported")
+    kwargs["attention_bias"] = model_type == "qwen2"
     kwargs["qk_norm"] = model_type == "qwen3"
 
     # Rotary: rope_theta and rope_scaling (files from transformers 4.x), or rope_parameters (5.x).
     rope = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
-    theta = d.get("rope_theta", rope.get("rope_theta"))
+    theta = d.get("rope_theta") if d.get("rope_theta") is not None else rope.get("rope_theta")
     kwargs["rope_theta"] = theta if theta is not None else 10000.0
     scaling = d.get("rope_scaling") if d.get("rope_scaling") is not None else rope
     if not isinstance(scaling, dict):

@@ -104,6 +104,9 @@ def hf_to_engine(config: ModelConfig, tensors: dict[str, Tensor], source: str = 
     if missing:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise CheckpointError(f"{source}: missing tensors {', '.join(missing[:5])}{more}")
+    extra = [k for k in tensors if k.endswith(".bias") and k not in expected]
+    if extra:  # a bias the config does not give the model would be dropped: the checkpoint is another model's
+        raise CheckpointError(f"{source}: tensor {extra[0]} is not in a {config.model_type} model of this config.json")
     bad = [f"{k}: {tuple(tensors[k].shape)}, expected {shape}" for k, shape in expected.items()
            if tuple(tensors[k].shape) != shape]
     if bad:

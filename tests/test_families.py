@@ -151,6 +151,10 @@ def test_a_missing_or_mis_shaped_tensor_is_named(checkpoint, tmp_path):
     _write(tmp_path / "bad", config, wrong)
     with pytest.raises(CheckpointError, match=rf"{name}: \(3,.*expected \({tensors[name].shape[0]},"):
         load_checkpoint(tmp_path / "bad")
+    if family != "qwen2":  # a bias the config does not give the model: another model's checkpoint
+        _write(tmp_path / "bias", config, dict(tensors, **{"model.layers.0.self_attn.q_proj.bias": torch.zeros(3)}))
+        with pytest.raises(CheckpointError, match=r"tensor model.layers.0.self_attn.q_proj.bias is not in a"):
+            load_checkpoint(tmp_path / "bias")
     missing = "lm_head.weight" if not config.get("tie_word_embeddings") else "model.layers.0.mlp.up_proj.weight"
     _write(tmp_path / "missing", config, {k: v for k, v in tensors.items() if k != missing})
     with pytest.raises(CheckpointError, match=f"missing tensors {missing}"):

@@ -80,6 +80,7 @@ def test_architectures_the_engine_does_not_run_are_refused_naming_the_field():
     _refused(dict(LLAMA_31_8B, model_type="gpt2"), r"model_type = \"gpt2\": the engine runs qwen2, llama, qwen3, mistral")
     _refused(dict(LLAMA_31_8B, rope_scaling={"rope_type": "yarn", "factor": 4.0}), r"rope_scaling.rope_type = \"yarn\"")
     _refused(dict(LLAMA_31_8B, hidden_act="gelu"), r"hidden_act = \"gelu\"")
+    _refused(dict(LLAMA_31_8B, attention_bias=True), r"attention_bias = true: a llama model with biases on q, k, v and o")
 
 
 def test_mistral_without_sliding_window_and_transformers_5_rope_parameters_read():
