@@ -48,7 +48,10 @@ class FastPath:
         self.qk_norms = [(l.self_attn.q_norm, l.self_attn.k_norm) for l in model.layers] if c.qk_norm else None
         if c.qk_norm and c.attention_bias:
             raise ValueError("the fused GPU path does not run q/k norm together with a q/k/v bias "
-                             "(no family here has both); use --kernels eager")
+                             "(no family here has both); use --kernels eager (bench: --graphs off)")
+        if c.head_dim & (c.head_dim - 1):
+            raise ValueError(f"the fused GPU kernels need a power-of-two head_dim, not {c.head_dim}; use --kernels "
+                             "eager (bench: --graphs off)")
         # The batch-1 qkv kernel adds a bias; a model without one adds zeros.
         self.zero_bias = None if c.attention_bias else self.embed.new_zeros(c.q_size + 2 * c.kv_size)
         self.cos, self.sin = model.rotary.cos, model.rotary.sin
