@@ -29,7 +29,7 @@ import numpy as np
 from core import jsontext
 from core.atomic import write_together
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number, run_subcommand
-from core.config import get_preset
+from core.config import resolve_model
 from core.roofline import get_gpu
 from core.runstore import RunStore
 
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 def sweep_main(argv: list[str]) -> int:
     p = ArgumentParser(prog="python -m calibrate sweep", description="Time the continuous engine's runner on a "
                                                                      "grid of pass shapes.")
-    p.add_argument("--model", default=None, help="preset or checkpoint (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
+    p.add_argument("--model", default=None, help="preset, config.json or checkpoint directory (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="auto")
     p.add_argument("--max-batch", type=number(int, low=1), default=None,
@@ -146,7 +146,7 @@ def heat_main(argv: list[str]) -> int:
     p = ArgumentParser(prog="python -m calibrate heat",
                        description="Time designed sequences of prompt and decode passes after rests (calibrate/response.py): "
                                    "how fast prompt work slows the GPU and how fast it recovers, for the heat model.")
-    p.add_argument("--model", default=None, help="preset or checkpoint (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
+    p.add_argument("--model", default=None, help="preset, config.json or checkpoint directory (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=number(int, low=1), default=3, help="rounds over the sequences (default 3)")
@@ -288,7 +288,7 @@ def fit_main(argv: list[str]) -> int:
             read = runs_read(results, row["gpu"], row["model"], only)
         except ValueError as e:
             raise ValueError(f"--runs-of {args.runs_of}: {e}") from None
-        model = get_preset(row["model"])
+        model = resolve_model(row["model"])
         c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
         meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
                 "engine_commit": row["git_commit"], "torch": row["torch"], "sweep": row["run_id"],
@@ -474,7 +474,7 @@ SWEEP_FIELDS = ("run_id", "engine", "model", "gpu", "dtype", "git_commit", "torc
 def check_sweep(row: dict, passes: list, where: Path) -> None:
     """The sweep's passes are fit to fit: every duration finite and positive, and the passes those
     of the model its row names (within its context, and with its attention's tiles)."""
-    model = get_preset(row["model"])
+    model = resolve_model(row["model"])
     if not passes:
         raise ValueError(f"{where}: the sweep {row['run_id']} holds no passes")
     for i, q in enumerate(passes):

@@ -89,7 +89,7 @@ class Roofline:
 
     def table(self) -> str:
         rows = [
-            ("Weights", f"{self.weight_bytes / 1e9:.2f} GB", "parameters x bytes each, tied lm_head read once"),
+            ("Weights", f"{self.weight_bytes / 1e9:.2f} GB", "read by a pass: every matrix once (an untied embedding is a lookup)"),
             ("Batch 1 ceiling", f"{self.batch1_ceiling_tok_s:,.0f} tok/s",
              f"weights / bandwidth = {self.batch1_floor_ms:.3g} ms to read them once"),
             ("KV cache", f"{self.kv_bytes_per_token:,} bytes/token", "2 x bytes x layers x KV heads x head dim"),
@@ -110,7 +110,7 @@ def free_for_cache_gib(model: ModelConfig, gpu: GPUSpec, dtype_bytes: int = 2) -
     if gpu.free_gib is not None:
         return gpu.free_gib, True
     total_gib = gpu.memory_gb * 1e9 / GIB
-    return max(0.0, 0.9 * total_gib - model.weight_bytes_read_per_pass(dtype_bytes) / GIB), False
+    return max(0.0, 0.9 * total_gib - model.weight_bytes(dtype_bytes) / GIB), False  # every weight, read or not
 
 
 def roofline(model: ModelConfig, gpu: GPUSpec, dtype_bytes: int = 2, prompt_tokens: int = 4096,

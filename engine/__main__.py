@@ -8,17 +8,17 @@ from core.cli import ArgumentParser, run_subcommand
 
 
 def roofline_main(argv: list[str]) -> int:
-    from core.config import PRESETS, ModelConfig, get_preset
+    from core.config import PRESETS, resolve_model
     from core.roofline import GPUS, get_gpu, roofline
 
     p = ArgumentParser(prog="python -m engine roofline",
                        description="The five roofline numbers for a model on a GPU, from specs alone.")
-    p.add_argument("--model", default="qwen2.5-1.5b", help=f"preset ({', '.join(PRESETS)}) or checkpoint directory")
+    p.add_argument("--model", default="qwen2.5-1.5b", help=f"preset ({', '.join(PRESETS)}), a Hugging Face config.json or a checkpoint directory")
     p.add_argument("--gpu", default="all", help=f"GPU preset ({', '.join(GPUS)}) or 'all' (default)")
     p.add_argument("--dtype-bytes", type=int, default=2, help="bytes per weight (default 2: fp16)")
     try:
         args = p.parse_args(argv)
-        model = ModelConfig.from_json(args.model) if Path(args.model).is_dir() else get_preset(args.model)
+        model = resolve_model(args.model)
         gpus = list(GPUS) if args.gpu == "all" else [args.gpu]
         for g in gpus:
             print(roofline(model, get_gpu(g), args.dtype_bytes).table())
@@ -35,7 +35,7 @@ def generate_main(argv: list[str]) -> int:
     from engine.weights import load_model
 
     p = ArgumentParser(prog="python -m engine generate", description="Generate greedily and print the text.")
-    p.add_argument("--model", default="tiny", help="preset (random weights) or checkpoint directory (default tiny)")
+    p.add_argument("--model", default="tiny", help="preset or config.json (random weights), or checkpoint directory (default tiny)")
     p.add_argument("--prompt", default="p64", help="a prompt name (p16...p4096) or literal text")
     p.add_argument("--engine", default="cached", choices=ENGINES)
     p.add_argument("--new-tokens", type=int, default=32)
@@ -49,6 +49,7 @@ def generate_main(argv: list[str]) -> int:
         ids = prompt_ids(args.prompt, checkpoint) if args.prompt.startswith("p") and args.prompt[1:].isdigit() \
             else tok.encode(args.prompt)
         model, weights = load_model(args.model, args.dtype, resolve_device(args.device))
+        ids = [t % model.config.vocab_size for t in ids]  # (Qwen2.5 ids, for a preset of another vocabulary)
         run = generate(model, [ids], args.new_tokens, engine=args.engine, stop_at_eos=args.stop_at_eos)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

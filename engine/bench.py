@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number
+from core.config import PRESETS
 from core.metrics import compute_metrics
 from core.roofline import GIB, GPUS, get_gpu, roofline
 from core.runstore import RunStore
@@ -145,7 +146,8 @@ def gpu_idle_before(clock, passes: list, last_end: float | None) -> tuple[float 
 
 def measure(setup: Setup, engine: str, prompt: str, batch: int, bar: tqdm, checkpoint: str | None) -> list[dict]:
     """Warm up, then record; returns the recorded rows (each written to disk as it finishes)."""
-    prompts = batch_prompts(prompt, batch, checkpoint)
+    vocab = setup.model.config.vocab_size  # (the Qwen2.5 tokenizer's ids, for a model of another vocabulary)
+    prompts = [[t % vocab for t in p] for p in batch_prompts(prompt, batch, checkpoint)]
     check_fits(setup.model, [len(p) for p in prompts], setup.new_tokens)
     store = RunStore(setup.store_root / STORE_NAMES.get(engine, engine))
     if engine == "continuous":
@@ -197,8 +199,8 @@ def build_parser() -> ArgumentParser:
                         f"on a CPU: {CPU_DEFAULTS['prompts']}); mix: a batch of the five in turn")
     p.add_argument("--batch-size", default="1", help="comma-separated batch sizes, e.g. 1,2,4,...,1024 (default 1)")
     p.add_argument("--model", default=None,
-                   help="preset name (random weights: qwen2.5-1.5b, tiny) or a Hugging Face checkpoint "
-                        "directory (default qwen2.5-1.5b on a GPU, tiny on the CPU)")
+                   help=f"preset name or a Hugging Face config.json (random weights; presets: {', '.join(PRESETS)}), or a "
+                        "checkpoint directory (default qwen2.5-1.5b on a GPU, tiny on the CPU)")
     p.add_argument("--dtype", default="float16", help="float16 (default), bfloat16 or float32")
     p.add_argument("--device", default="auto", help="cuda, cpu or auto (default)")
     p.add_argument("--new-tokens", type=int, default=None,

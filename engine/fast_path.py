@@ -15,6 +15,10 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 the attention as arguments, so the continuous engine's paged cache (`engine.paged_fast`) runs
 the same kernels.
 Each returns the greedy next token of every sequence.
+
+Models without q/k/v bias (Llama, Qwen3, Mistral) give the batch-1 kernel a zero bias; Qwen3's
+q and k RMSNorm runs between the projection and the rotary (at batch 1 the projection is then a
+plain fused-norm GEMV and the rotary the batched rope kernel, as the fused kernel has no norm).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from torch import Tensor
 from engine.kernels import gemv as G
 from engine.kernels import small_m as S
 from engine.kernels.attention import DecodeAttention
-from engine.kernels.elementwise import rmsnorm, rope_and_cache, silu_mul
+from engine.kernels.elementwise import rmsnorm, rope_and_cache, rope_and_paged_cache, silu_mul
 from engine.model import DenseKVCache, Qwen2
 
 
@@ -57,6 +61,16 @@ class FastPath:
                         l.self_attn.o_proj.weight, l.post_attention_layernorm.weight, l.mlp.gate_up_proj.weight,
                         l.mlp.down_proj.weight) for l in model.layers]
         self.embed, self.final_norm, self.lm_head = model.embed_tokens.weight, model.norm.weight, model.lm_head_weight
+        # q/k norm (Qwen3): the eager model's own modules, run on the projected q|k|v.
+        self.qk_norms = [(l.self_attn.q_norm, l.self_attn.k_norm) for l in model.layers] if c.qk_norm else None
+        if c.qk_norm and c.attention_bias:
+            raise ValueError("the fused GPU path does not run q/k norm together with a q/k/v bias "
+                             "(no family here has both); use --kernels eager (bench: --graphs off)")
+        if c.head_dim & (c.head_dim - 1):
+            raise ValueError(f"the fused GPU kernels need a power-of-two head_dim, not {c.head_dim}; use --kernels "
+                             "eager (bench: --graphs off)")
+        # The batch-1 qkv kernel adds a bias; a model without one adds zeros.
+        self.zero_bias = None if c.attention_bias else self.embed.new_zeros(c.q_size + 2 * c.kv_size)
         self.cos, self.sin = model.rotary.cos, model.rotary.sin
         # (rows per program, input tile width, warps) of each batch-1 kernel, from
         # benchmarks/profile_decode.py on an H200.
@@ -80,6 +94,14 @@ class FastPath:
             event.record()
             self.trace.append((label, event))
 
+    def _qk_norm(self, i: int, qkv: Tensor) -> None:
+        """Layer i's q and k RMSNorm (per head, Qwen3), in place on q|k|v [N, (heads + 2 kv_heads) * D]."""
+        q_norm, k_norm = self.qk_norms[i]
+        qk = qkv[:, :(self.heads + self.kv_heads) * self.head_dim].view(qkv.shape[0], -1, self.head_dim)
+        q, k = qk[:, :self.heads], qk[:, self.heads:]
+        q.copy_(q_norm(q))
+        k.copy_(k_norm(k))
+
     def _logits(self, hidden: Tensor) -> Tensor:
         """Final norm and lm_head for hidden [N, H]."""
         x = rmsnorm(hidden.contiguous(), self.final_norm, self.eps, torch.empty_like(hidden))
@@ -98,9 +120,23 @@ class FastPath:
         attn_out = torch.empty_like(q)
         act = torch.empty(self.config.intermediate_size, dtype=h.dtype, device=h.device)
         mark("embed")
+        qkv = None if self.qk_norms is None else h.new_empty(1, self.layers[0][1].shape[0])
         for i, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
-            G.qkv_rope_cache(w_qkv, b_qkv, h, ln1, self.eps, position, self.cos, self.sin, q, k_caches[i],
-                             v_caches[i], self.heads, self.kv_heads, *t["qkv"], pdl=self.pdl, slot=slot)
+            if qkv is None:
+                G.qkv_rope_cache(w_qkv, self.zero_bias if b_qkv is None else b_qkv, h, ln1, self.eps, position,
+                                 self.cos, self.sin, q, k_caches[i], v_caches[i], self.heads, self.kv_heads,
+                                 *t["qkv"], pdl=self.pdl, slot=slot)
+            else:  # q/k norm between projection and rotary: unfused
+                G.gemv(w_qkv, h, qkv.view(-1), norm_weight=ln1, eps=self.eps, rows=t["o"][0], block_k=t["o"][1],
+                       warps=t["o"][2], pdl=self.pdl)
+                self._qk_norm(i, qkv)
+                q1 = q.view(1, self.heads, self.head_dim)
+                if slot is None:
+                    rope_and_cache(qkv, position, self.cos, self.sin, q1, k_caches[i], v_caches[i], self.heads,
+                                   self.kv_heads, 1)
+                else:
+                    rope_and_paged_cache(qkv, position, slot, self.cos, self.sin, q1, k_caches[i], v_caches[i],
+                                         self.heads, self.kv_heads)
             mark("qkv+norm+rope")
             attend(i, q, attn_out)
             mark("attention")
@@ -177,6 +213,8 @@ class FastPath:
             rmsnorm(h, ln1, self.eps, x, delta)
             mark("residual+norm")
             qkv = F.linear(x, w_qkv, b_qkv)
+            if self.qk_norms is not None:
+                self._qk_norm(i, qkv)
             mark("qkv")
             o = F.linear(attend(i, qkv), w_o)
             mark("o")

@@ -27,16 +27,17 @@ class _Stamp:
 
 
 class HFBaseline:
-    """transformers' Qwen2ForCausalLM holding a copy of `model`'s weights."""
+    """transformers' model class for `model`'s family (Qwen2ForCausalLM, LlamaForCausalLM, ...)
+    holding a copy of `model`'s weights."""
 
     def __init__(self, model: Qwen2):
         import transformers
 
         cfg = model.config.to_hf_dict() | {"eos_token_id": None, "pad_token_id": 0}
-        hf_config = transformers.Qwen2Config(**cfg)
+        hf_config = transformers.AutoConfig.for_model(**cfg)
         device, dtype = model.embed_tokens.weight.device, model.embed_tokens.weight.dtype
         with torch.device(device):  # built (and randomly initialised) on the device: fast on a GPU
-            hf = transformers.Qwen2ForCausalLM(hf_config)
+            hf = transformers.AutoModelForCausalLM.from_config(hf_config)
         hf = hf.to(dtype)
         hf.load_state_dict(engine_to_hf(model))
         self.hf = hf.eval()

@@ -1,5 +1,8 @@
-"""The Qwen2 architecture, written here: RMSNorm, rotary embeddings, grouped-query attention with
-q/k/v bias, a SwiGLU MLP and a tied lm_head.
+"""The Llama family of decoders, written here: RMSNorm, rotary embeddings, grouped-query attention,
+a SwiGLU MLP and an lm_head. What the families (Qwen2/Qwen2.5, Llama 3.x, Qwen3, Mistral) differ
+by are config fields: q/k/v bias (`attention_bias`), the head size (`head_dim`), q and k RMSNorm
+per head before the rotary (`qk_norm`, Qwen3), llama3 `rope_scaling` in the rotary tables, and a
+tied or separate lm_head (`tie_word_embeddings`).
 
 Projections are stored fused (q|k|v in one matrix, gate|up in another) so a pass launches one
 matmul where Hugging Face launches three or two; `engine.weights` fuses a checkpoint's separate
@@ -18,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.config import ModelConfig
+from core.config import Llama3Rope, ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -38,9 +41,9 @@ class Rotary(nn.Module):
     """cos/sin tables for every position up to the model's context, built once, in fp32 the way
     Hugging Face computes them (so the angles round identically)."""
 
-    def __init__(self, head_dim: int, theta: float, max_positions: int):
+    def __init__(self, head_dim: int, theta: float, max_positions: int, scaling: Llama3Rope | None = None):
         super().__init__()
-        self.head_dim, self.theta, self.max_positions = head_dim, theta, max_positions
+        self.head_dim, self.theta, self.max_positions, self.scaling = head_dim, theta, max_positions, scaling
         self.register_buffer("cos", torch.empty(0), persistent=False)
         self.register_buffer("sin", torch.empty(0), persistent=False)
         self.build()
@@ -52,6 +55,8 @@ class Rotary(nn.Module):
             return
         dim = self.head_dim
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
+        if self.scaling is not None:
+            inv_freq = llama3_inv_freq(inv_freq, self.scaling)
         freqs = torch.outer(torch.arange(self.max_positions, device=device).float(), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
@@ -63,6 +68,20 @@ class Rotary(nn.Module):
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
+
+
+def llama3_inv_freq(inv_freq: Tensor, s: Llama3Rope) -> Tensor:
+    """Llama 3's rotary frequencies: wavelengths longer than the original context / low_freq_factor
+    slowed by `factor`, shorter than original / high_freq_factor kept, the band between blended;
+    the same float32 operations as transformers' `_compute_llama3_parameters`."""
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
 
 
 class DenseKVCache:
@@ -86,8 +105,25 @@ class Attention(nn.Module):
         self.kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, q + 2 * kv, bias=True)
+        self.qkv_proj = nn.Linear(config.hidden_size, q + 2 * kv, bias=config.attention_bias)
         self.o_proj = nn.Linear(q, config.hidden_size, bias=False)
+        if config.qk_norm:  # one RMSNorm over head_dim, shared by every head (Qwen3)
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def project(self, x: Tensor, positions: Tensor, rotary: Rotary) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, T, heads, D], k and v [B, T, kv_heads, D] of x [B, T, H]: projected, q and k
+        normed per head when the model does that, then rotated to their positions [B, T]."""
+        B, T, _ = x.shape
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)
+        q = q.view(B, T, self.heads, self.head_dim)
+        k = k.view(B, T, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return rotary(q, positions), rotary(k, positions), v.view(B, T, self.kv_heads, self.head_dim)
 
     def forward(self, x: Tensor, positions: Tensor, rotary: Rotary, cache: DenseKVCache | None,
                 layer: int, kv_len: int, mask: Tensor | None) -> Tensor:
@@ -95,11 +131,8 @@ class Attention(nn.Module):
         is plainly causal over the tokens given. Otherwise `mask` [B, 1, group*T, S] says which
         of the first S cache positions each (query head in group, token) may see."""
         B, T, _ = x.shape
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)
-        q = rotary(q.view(B, T, self.heads, self.head_dim), positions)
-        k = rotary(k.view(B, T, self.kv_heads, self.head_dim), positions)
-        v = v.view(B, T, self.kv_heads, self.head_dim)
+        q_size = self.heads * self.head_dim
+        q, k, v = self.project(x, positions, rotary)
         if cache is not None:
             rows = torch.arange(B, device=x.device).unsqueeze(1).expand(B, T)
             cache.k[layer][rows, :, positions] = k
@@ -145,9 +178,10 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
 
-class Qwen2(nn.Module):
-    """Qwen2ForCausalLM. `forward` returns the final hidden states; `logits` applies the tied
-    lm_head to the rows you ask for (the engines ask only for each sequence's last token)."""
+class DecoderModel(nn.Module):
+    """Qwen2ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, as the config
+    says. `forward` returns the final hidden states; `logits` applies the lm_head (tied or not) to
+    the rows you ask for (the engines ask only for each sequence's last token)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -155,7 +189,7 @@ class Qwen2(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = Rotary(config.head_dim, config.rope_theta, config.context_length)
+        self.rotary = Rotary(config.head_dim, config.rope_theta, config.context_length, config.rope_scaling)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
@@ -190,7 +224,7 @@ class Qwen2(nn.Module):
         return F.linear(hidden, self.lm_head_weight)
 
     @torch.no_grad()
-    def init_random(self, seed: int = 0, std: float = 0.02) -> "Qwen2":
+    def init_random(self, seed: int = 0, std: float = 0.02) -> "DecoderModel":
         """Seeded random weights (timing does not depend on values): N(0, std) matrices, output
         projections scaled down by depth so activations stay finite in fp16, norms at 1. Tests
         use a larger std so that the layers, not the embedding, decide the next token."""
@@ -198,7 +232,7 @@ class Qwen2(nn.Module):
         gen = torch.Generator(device=device).manual_seed(seed)
         depth_scale = 1.0 / math.sqrt(2 * self.config.num_hidden_layers)
         for name, p in self.named_parameters():
-            if name.endswith("layernorm.weight") or name == "norm.weight":
+            if name.endswith(("layernorm.weight", "_norm.weight")) or name == "norm.weight":
                 p.fill_(1.0)
             elif name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32) * std)
@@ -206,3 +240,6 @@ class Qwen2(nn.Module):
                 scale = std * (depth_scale if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0)
                 p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32) * scale)
         return self
+
+
+Qwen2 = DecoderModel  # the name the engine's modules have always used

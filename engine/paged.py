@@ -106,11 +106,7 @@ def forward_eager(model: Qwen2, cache: PagedKVCache, batch: Batch) -> Tensor:
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
         x = layer.input_layernorm(h)
-        q, k, v = attn.qkv_proj(x).split((c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim,
-                                          c.num_key_value_heads * c.head_dim), dim=-1)
-        q = model.rotary(q.view(1, N, c.num_attention_heads, c.head_dim), pos)[0]
-        k = model.rotary(k.view(1, N, c.num_key_value_heads, c.head_dim), pos)[0]
-        v = v.view(N, c.num_key_value_heads, c.head_dim)
+        q, k, v = (t[0] for t in attn.project(x.view(1, N, -1), pos, model.rotary))
         slots = batch.slots[write]
         cache.k[i].view(-1, c.num_key_value_heads, c.head_dim)[slots] = k[write]
         cache.v[i].view(-1, c.num_key_value_heads, c.head_dim)[slots] = v[write]

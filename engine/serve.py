@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, goodput_slo, number
-from core.config import ModelConfig, get_preset
+from core.config import resolve_model
 from core.kv import BlockPool
 from core.metrics import compute_metrics, format_rejections, parse_goodput
 from core.roofline import GIB
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             model, weights = load_model(source, dtype, device, seed=args.seed)
             config = model.config
         else:  # the replicas load the model on their own GPUs; this process only routes
-            config = ModelConfig.from_json(source) if checkpoint else get_preset(source)
+            config = resolve_model(source)
             weights = "checkpoint" if checkpoint else "random"
         runs = workloads(args, config.vocab_size, checkpoint)
         max_model_len = args.max_model_len or config.context_length

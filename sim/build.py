@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.config import PRESETS, get_preset
+from core.config import PRESETS, resolve_model
 from core.kv import BlockPool, PrefixBlockPool, blocks_for_gpu
 from core.roofline import GIB, get_gpu
 from core.routers import ROUTERS, make_router
@@ -67,7 +67,8 @@ class RunSpec:
                                         "constant:SECONDS, calibrated:NAME[@GPU] or a calibration JSON (see "
                                         "sim/cost.py); *FACTOR after it makes every pass FACTOR times as long "
                                         "(calibrated:h200*1.02)", type=str, axis=True)
-    model: str = option("qwen2.5-1.5b", "model preset; a calibration file must match it", type=str)
+    model: str = option("qwen2.5-1.5b", f"model preset ({', '.join(PRESETS)}) or a Hugging Face config.json; a "
+                                        "calibration file must match it", type=str)
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
     overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0, high=MAX_ARRIVAL_S * 1e3)
@@ -139,8 +140,7 @@ class RunSpec:
                 raise ValueError(f"{flag} must be greater than {meta['above']}, got {value}")
             if meta["high"] is not None and value > meta["high"]:
                 raise ValueError(f"{flag} must be at most {meta['high']:g}, got {value}")
-        if self.model not in PRESETS:
-            raise ValueError(f"--model: unknown model preset {self.model!r}; known: {', '.join(PRESETS)}")
+        resolve_model(self.model)  # a preset, or a config.json the engine could run
         if self.gpu is not None:
             try:
                 get_gpu(self.gpu)
@@ -256,7 +256,7 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     `spec.stream` reads spec.trace a chunk at a time as the run goes, else it is loaded whole).
     With `check_only`, stop (returning None) once everything but the trace is built.
     `cost_model` replaces spec.cost's (a replay of measured pass times, `sim.replay`)."""
-    model = get_preset(spec.model)
+    model = resolve_model(spec.model)
     cost, gpu_preset = parse_cost(spec.cost, spec.model, spec.overhead_ms / 1e3)
     if cost_model is not None:
         cost = cost_model
@@ -287,7 +287,7 @@ def simulate_spec(spec: RunSpec, trace: Trace | None = None, check_only: bool = 
     kv_bytes = model.kv_bytes_per_token()
     if spec.kv_gib is not None or spec.kv_blocks:  # a cache the user sized: it must fit beside the weights
         cache_gib = num_blocks * spec.block_size * kv_bytes / GIB
-        weights_gib = model.weight_bytes_read_per_pass() / GIB
+        weights_gib = model.weight_bytes() / GIB  # in memory: a separate embedding table too
         card_gib = gpu.memory_gb * 1e9 / GIB
         if cache_gib + weights_gib > card_gib:
             given = f"--kv-blocks {spec.kv_blocks:,}" if spec.kv_blocks else f"--kv-gib {spec.kv_gib:g}"

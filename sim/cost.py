@@ -36,7 +36,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from core.config import ModelConfig, get_preset
+from core.config import ModelConfig, resolve_model
 from core.roofline import GPUS, GPUSpec, get_gpu
 from sim.calibrated import FORMAT, CalibratedCost, bucket  # noqa: F401 (FORMAT, bucket: the file's)
 from traces.trace import MAX_ARRIVAL_S
@@ -202,18 +202,19 @@ def known_calibrations(model: str) -> list[str]:
 
 
 DEFAULT = "auto"
-_said: set[str] = set()
+_said: set[tuple[str, str]] = set()  # (model, cost) notes already printed
 
 
 def default_cost(model: str, gpu: str | None) -> str:
     """What `--cost` means when it is not given: the calibration for `model` on `gpu` (default h200)
     when there is one, else that GPU's roofline, with one line on stderr saying it is uncalibrated."""
     gpu = (gpu or "h200").lower()
+    model = model_key(model)
     if find_calibration(gpu, model) is not None:
         return f"calibrated:{gpu}"
     spec = f"roofline:{gpu}"
-    if spec not in _said:
-        _said.add(spec)
+    if (model, spec) not in _said:
+        _said.add((model, spec))
         print(f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
               f"{roofline_error()}; give --cost, or calibrate your GPU (python -m calibrate --help)", file=sys.stderr)
     return spec
@@ -230,6 +231,12 @@ def roofline_error() -> str:
             f"(Qwen2.5-1.5B)")
 
 
+def model_key(model: str) -> str:
+    """The name calibrations are filed under for `--model`: the preset's name, or a config.json's
+    (its folder's name)."""
+    return resolve_model(model).name
+
+
 def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4) -> tuple[CostModel, GPUSpec | None]:
     """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline), "constant:SECONDS",
     "calibrated:NAME" (NAME.json for `model`: `user_calibrations()`'s, else the package's; e.g. calibrated:h200), "calibrated:NAME@GPU"
@@ -244,7 +251,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
     kind, sep, arg = spec.partition(":")
     if kind == "roofline" and sep:
         gpu = _gpu(spec, arg)
-        return RooflineCost(get_preset(model), gpu, overhead_s), gpu
+        return RooflineCost(resolve_model(model), gpu, overhead_s), gpu
     if kind == "constant" and sep:
         try:
             seconds = float(arg)
@@ -254,6 +261,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
             raise ValueError(f"--cost {spec!r}: a pass must take a finite, positive time of at most {MAX_ARRIVAL_S:g} s")
         return ConstantCost(seconds), None
     if kind == "calibrated" and sep:
+        model = model_key(model)
         name, at, target = arg.partition("@")
         path = find_calibration(name, model)
         if path is None:
@@ -270,7 +278,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
             return cost, measured_on
         return cost.projected(_gpu(spec, target), measured_on), _gpu(spec, target)
     if spec.endswith(".json") or Path(spec).exists():
-        cost = CalibratedCost.from_json(spec, model)
+        cost = CalibratedCost.from_json(spec, model_key(model))
         return cost, _measured_on(spec, spec, cost)
     raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
                      f"calibration .json file")

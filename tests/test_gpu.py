@@ -197,3 +197,58 @@ def test_rows_name_the_card_as_nvidia_smi_does():
     assert card.startswith("GPU-") and len(card) == len("GPU-") + 36  # GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
     assert gpu_uuids(torch.device("cuda:0")) == card
     assert gpu_uuids(torch.device("cpu")) is None
+
+
+# ---------------------------------------------------------------- the other families, at full width
+# Two layers of each preset at its real widths (hidden, heads, head_dim, GQA ratio, vocabulary):
+# the fused kernels and graphs against the eager model, as for Qwen2.5-1.5B above.
+FAMILY_SLICES = ["llama-3.1-8b", "qwen3-8b", "qwen2.5-7b", "llama-3.2-1b"]
+
+
+@pytest.fixture(scope="module", params=FAMILY_SLICES)
+def family_model(request):
+    from dataclasses import replace
+
+    from core.config import get_preset
+    model = build_random(replace(get_preset(request.param), num_hidden_layers=2), dtype="float16", device="cuda",
+                         seed=0)
+    yield model
+    del model
+    torch.cuda.empty_cache()
+
+
+def family_prompt(model, name: str) -> list[int]:
+    return [t % model.config.vocab_size for t in prompt_ids(name)]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_each_family_graph_path_tokens_are_the_eager_models_greedy_choices(family_model, batch):
+    from engine.cuda_graphs import GraphDecoder
+
+    ids = family_prompt(family_model, "p256")
+    graphs = generate(family_model, [ids] * batch, 64, engine="batched", decoder=GraphDecoder(family_model)).tokens
+    launched = generate(family_model, [ids] * batch, 64, engine="batched",
+                        decoder=GraphDecoder(family_model, False)).tokens
+    assert graphs == launched
+    check_against_eager(family_model, ids, graphs[0])
+
+
+def test_each_family_continuous_engine_tokens_are_the_eager_models_greedy_choices(family_model):
+    ids = family_prompt(family_model, "p1024")
+    prompts = [ids[:300], ids[100:164], ids[:16], ids[200:1224]]
+    res = continuous_tokens(family_model, prompts, "chunked", 4096)
+    assert {p.mode for p in res.passes} == {"graph"} and "mixed" in {p.kind for p in res.passes}
+    for i, p in enumerate(prompts):
+        check_against_eager(family_model, p, res.tokens[f"r{i}"])
+
+
+def test_a_model_larger_than_the_gpus_memory_is_refused_before_allocating():
+    from dataclasses import replace
+
+    from core.config import get_preset
+    from engine.weights import ModelTooLarge
+    huge = replace(get_preset("llama-3.1-8b"), num_hidden_layers=1000)  # ~220B parameters
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(ModelTooLarge, match=r"weights take \d+\.\d GB in float16, more than the .* GB free"):
+        build_random(huge, dtype="float16", device="cuda")
+    assert torch.cuda.memory_allocated() == before
