@@ -157,8 +157,9 @@ class FastPath:
         return token
 
     def uses_small(self, batch: int) -> bool:
-        """Whether a decode batch of this size runs `decode_small`."""
-        return 2 <= batch <= self.small_max
+        """Whether a decode batch of this size runs `decode_small` (never with Qwen3's q/k norm, which
+        its fused qkv kernel does not have)."""
+        return 2 <= batch <= self.small_max and self.qk_norms is None
 
     def decode_small(self, tokens: Tensor, positions: Tensor, k_caches: list[Tensor], v_caches: list[Tensor],
                      attend: Callable[[int, Tensor, Tensor], None], slots: Tensor | None = None) -> Tensor:
