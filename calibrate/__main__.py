@@ -290,7 +290,7 @@ def fit_main(argv: list[str]) -> int:
                              "continuous engine's")
         if args.model and row["model"] != args.model:
             raise ValueError(f"sweep {row['run_id']} timed {row['model']!r}, not --model {args.model!r}")
-        if args.gpu and row["gpu"] != get_gpu(args.gpu).name:
+        if args.gpu and get_gpu(args.gpu).name not in (row["gpu"], getattr(gpu_preset(row["gpu"])[1], "name", None)):
             raise ValueError(f"sweep {row['run_id']} ran on {row['gpu']!r}, not --gpu {args.gpu} "
                              f"({get_gpu(args.gpu).name})")
         cal_dir = args.out or user_calibrations()

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from core.config import PRESETS, ModelConfig, get_preset
-from core.roofline import GPUS, GPUSpec, get_gpu
+from core.roofline import GPU_ALIASES, GPUS, GPUSpec, get_gpu
 from sim.calibrated import FORMAT, CalibratedCost, bucket  # noqa: F401 (FORMAT, bucket: the file's)
 from traces.trace import MAX_ARRIVAL_S
 
@@ -260,6 +260,7 @@ def default_cost(model: str, gpu: str | None) -> str:
     (`CalibratedCost.projected_to_model`; the nearest calibrated model by weight bytes); else that
     GPU's roofline. The last two say so, once, on stderr."""
     gpu = (gpu or "h200").lower()
+    gpu = GPU_ALIASES.get(gpu, gpu)  # (a calibration is named for the preset: a100 -> a100-80gb)
     if find_calibration(gpu, model) is not None:
         return f"calibrated:{gpu}"
     source = nearest_calibrated(model, gpu)
@@ -383,7 +384,9 @@ def _gpu(spec: str, name: str) -> GPUSpec:
 def gpu_preset(name: str) -> tuple[str | None, GPUSpec | None]:
     """The preset (its key and spec) of a GPU named as torch names it ("NVIDIA H200"): the
     measured one when there is one; (None, None) when no preset describes it."""
-    from core.roofline import GPUS
+    from core.roofline import DEVICE_NAMES, GPUS
+    if name in DEVICE_NAMES:  # torch's name for a preset's card
+        return DEVICE_NAMES[name], GPUS[DEVICE_NAMES[name]]
     named = [(k, v) for k, v in GPUS.items() if v.name == name]
     measured = [(k, v) for k, v in named if v.source.startswith("measured")]
     return (measured or named or [(None, None)])[0]
