@@ -588,7 +588,10 @@ def run_main(argv: list[str]) -> int:
     row = new[-1]
     from sim.cost import gpu_preset, user_calibrations
     name = args.name or gpu_preset(row.get("gpu", ""))[0] or ("cpu" if row.get("device") == "cpu" else "gpu")
+    # the committed calibration's form (its --serving-heat needs open runs of the card: `fit` it after
+    # them); on a CPU, whose sweep runs no CUDA graph and no batch that fills a GPU, the waves' form
     fit = (["--results", str(results), "--model", model, "--sweep", row["run_id"], "--name", name]
+           + (["--schedule", "--mixed"] if gpu else [])
            + (["--out", str(args.out)] if args.out else []) + (["--no-charts"] if args.no_charts else []))
     failed = step_failed("fit", fit)
     if failed:

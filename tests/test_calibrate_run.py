@@ -69,6 +69,7 @@ def test_run_does_sweep_heat_fit_in_turn_and_reports_the_held_out_error(tmp_path
     assert sweep["--out"] == heat["--out"] == fit["--results"] == str(tmp_path / "results")
     assert "--quick" in steps.calls[0][1] and sweep["--max-batch"] == "64" and sweep["--repeats"] == "1"  # the CPU's grid
     assert fit["--sweep"] == "sweep-new" and fit["--name"] == "h200" and fit["--out"] == str(out)
+    assert "--schedule" not in steps.calls[2][1]  # (a CPU's sweep has no batch that fills a GPU to fit it on)
     text = capsys.readouterr().out
     assert text.index("calibrate run: tiny on the CPU: sweep") < text.index("== calibrate sweep")  # the plan first
     assert "calibrated tiny on NVIDIA H200" in text and str(out / "tiny" / "h200.json") in text
@@ -77,6 +78,23 @@ def test_run_does_sweep_heat_fit_in_turn_and_reports_the_held_out_error(tmp_path
     monkeypatch.setenv("LLMSIM_CALIBRATIONS", str(out))
     cost, gpu = parse_cost("calibrated:h200", model="tiny")
     assert cost.model == "tiny" and gpu.name == "NVIDIA H200"
+
+
+def test_on_a_gpu_the_full_grid_and_the_committed_calibrations_form(tmp_path, monkeypatch, capsys):
+    import torch
+
+    import engine.provenance
+    monkeypatch.setattr(engine.provenance, "resolve_device", lambda name: torch.device("cuda"))  # (no CUDA touched)
+    monkeypatch.setattr(cli, "cuda_card", lambda: (get_gpu("h200"), "NVIDIA H200"))
+    steps = Steps()
+    monkeypatch.setattr(cli, "run_step", steps)
+    assert cli.main(["run", "--model", "qwen2.5-1.5b", "--quick", "--results", str(tmp_path / "r"),
+                     "--out", str(tmp_path / "c")]) == 0
+    sweep, heat, fit = (a for _, a in steps.calls)
+    assert "--max-batch" not in sweep and sweep[sweep.index("--repeats") + 1] == "2" and "--quick" in sweep
+    assert heat[heat.index("--repeats") + 1] == "1" and "--rest" not in heat
+    assert "--schedule" in fit and "--mixed" in fit and sweep[sweep.index("--dtype") + 1] == "float16"
+    assert "estimated" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_a_failing_step_is_one_error_line_naming_it_and_the_old_calibration_stays(tmp_path, monkeypatch, capsys):
