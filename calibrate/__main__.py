@@ -604,10 +604,13 @@ def run_main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: calibrate run: the fit step left no readable calibration at {path} ({e})", file=sys.stderr)
         return 2
+    preset = gpu_preset(row.get("gpu", ""))[0]
+    use = (f"python -m sim run --model {model}" + (f" --gpu {preset}" if preset != "h200" else "")
+           + (f" --cost calibrated:{name}" if name != preset else "") + " uses it" if preset else
+           f"measured on {row.get('gpu')}, which no GPU preset describes: the simulator, which sizes a GPU's KV "
+           "cache, does not use it (a smoke run's)")
     print(f"\ncalibrated {model} on {row.get('gpu')} in {(time.perf_counter() - started) / 60:.1f} min: {path}\n"
-          f"the simulator uses it for --model {model}" + (f" on --gpu {name}" if name != "h200" else "")
-          + f" (--cost calibrated:{name})\n"
-          f"the fit's error on the shapes it was not fitted on (held-out) and on its own (fitted):\n{report}")
+          f"{use}\nthe fit's error on the shapes it was not fitted on (held-out) and on its own (fitted):\n{report}")
     return 0
 
 

@@ -73,6 +73,7 @@ def test_run_does_sweep_heat_fit_in_turn_and_reports_the_held_out_error(tmp_path
     text = capsys.readouterr().out
     assert text.index("calibrate run: tiny on the CPU: sweep") < text.index("== calibrate sweep")  # the plan first
     assert "calibrated tiny on NVIDIA H200" in text and str(out / "tiny" / "h200.json") in text
+    assert "python -m sim run --model tiny uses it" in text
     assert "decode   held-out" in text.split("held-out) and on its own")[-1]  # the report, at the end
     # the simulator finds it by --model and the GPU
     monkeypatch.setenv("LLMSIM_CALIBRATIONS", str(out))
