@@ -312,7 +312,11 @@ def fit_main(argv: list[str]) -> int:
                         row.get("chunk_attention") or engine_chunk_tiles(model), waves_of(row))
         base["range"] = sweep_range(passes)
         shape = CalibratedCost(base | {"parameters": placeholder(base)})
-        split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
+        # (a sweep without CUDA graphs, a CPU's, records no buckets: the sizes between those its graphs
+        # would have had are held out all the same, else every decode batch would be)
+        from engine.buckets import graph_buckets
+        split_buckets = shape.buckets or graph_buckets(row.get("max_batch") or sweep_range(passes)["decode_batch"] or 1)
+        split = ["held-out" if held_out(group_of(q), split_buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
 
         spread = NO_SPREAD  # decode attention's spread term: fitted on the mixtures' pairs, if any, below
@@ -524,7 +528,9 @@ STEPS = ("sweep", "heat", "fit")
 SWEEP_PASS_HOST_S = 0.015  # a timed pass's host time in a sweep's windows: 103 s for 4,000 passes priced 42 s (H200)
 STEP_START_S = 30.0  # a step's start: torch, the model's random weights, the CUDA graphs' capture (a guess)
 FIT_S_PER_PASS = 0.05  # the fit's least squares, per pass swept (a 2-core host: 2,004 passes in 144 CPU-seconds)
-CPU_GRID = ["--max-batch", "64", "--max-context", "4096"]  # the least grid whose shapes the fit's terms need
+# a CPU's grid: the least whose shapes the fit's terms need once the held-out ones are set aside
+# (batches of 64, prompts of 2,048, contexts past 4,096: 6,000 for batch 1's sixth)
+CPU_GRID = ["--max-batch", "64", "--max-context", "8192"]
 
 
 def run_main(argv: list[str]) -> int:
