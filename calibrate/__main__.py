@@ -529,8 +529,9 @@ SWEEP_PASS_HOST_S = 0.015  # a timed pass's host time in a sweep's windows: 103 
 STEP_START_S = 30.0  # a step's start: torch, the model's random weights, the CUDA graphs' capture (a guess)
 FIT_S_PER_PASS = 0.05  # the fit's least squares, per pass swept (a 2-core host: 2,004 passes in 144 CPU-seconds)
 # a CPU's grid: the least whose shapes the fit's terms need once the held-out ones are set aside
-# (batches of 64, prompts of 2,048, contexts past 4,096: 6,000 for batch 1's sixth)
-CPU_GRID = ["--max-batch", "64", "--max-context", "8192"]
+# (batches of 64, prompts of 2,048, contexts past 4,096: 6,000 for batch 1's sixth), within the tiny
+# model's 8,192 positions (a chunk of 4,096 on 4,096 cached fills them)
+CPU_GRID = ["--max-batch", "64", "--max-context", "6144"]
 
 
 def run_main(argv: list[str]) -> int:
@@ -577,7 +578,10 @@ def run_main(argv: list[str]) -> int:
     common = ["--model", model, "--device", args.device, "--dtype", dtype, "--out", str(results)]
     # on a CPU (a smoke run): the least grid the fit can stand on, each shape timed once, short rests
     repeats = ["--repeats", "1"] if not gpu else ["--repeats", "2"] if args.quick else []
-    sweep = common + (["--quick"] if args.quick else []) + repeats + ([] if gpu else CPU_GRID)
+    # the grid's contexts and chunks, each up to --max-context, add up within the model's positions
+    context = get_preset(model).context_length
+    fits = [] if context >= 32768 or not gpu else ["--max-context", str(context // 2)]
+    sweep = common + (["--quick"] if args.quick else []) + repeats + (fits if gpu else CPU_GRID)
     heat = common + (["--repeats", "1"] if args.quick or not gpu else []) + ([] if gpu else ["--rest", "0.1"])
     print(estimate(model, sweep, heat, gpu), flush=True)
     store = RunStore(results / "calibration")
