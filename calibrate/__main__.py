@@ -266,6 +266,9 @@ def fit_main(argv: list[str]) -> int:
                    help="read only the open and closed runs this calibration file read (its `runs_read`: for its "
                         "host time, serving heat and replays), so that runs measured since stay held out and the "
                         "fit reproduces it (e.g. sim/calibrations/qwen2.5-1.5b/h200.json); default: every run under RESULTS")
+    p.add_argument("--no-heat-run", action="store_true",
+                   help="fit the heat on the sweep's own pass stream even where a heat run of this GPU and model "
+                        "is there (a CPU's: its short sequences leave some shapes no rested pass)")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -335,7 +338,7 @@ def fit_main(argv: list[str]) -> int:
         measured_heat, heat_run = None, None
         heat_rows = [r for r in store.rows() if r.get("kind") == "heat" and r.get("gpu") == row["gpu"]
                      and r.get("model") == row["model"]]
-        if heat_rows:
+        if heat_rows and not args.no_heat_run:
             heat_run = heat_rows[-1]
             heat_passes = store.passes(heat_run["run_id"])
             measured_heat, heat_errors = fit_response(heat_passes, heat_run["segments"])
@@ -582,12 +585,17 @@ def run_main(argv: list[str]) -> int:
     context = get_preset(model).context_length
     fits = [] if context >= 32768 or not gpu else ["--max-context", str(context // 2)]
     sweep = common + (["--quick"] if args.quick else []) + repeats + (fits if gpu else CPU_GRID)
-    heat = common + (["--repeats", "1"] if args.quick or not gpu else []) + ([] if gpu else ["--rest", "0.1"])
+    # (a heat run measures how a GPU's prompt work slows it: a CPU's is skipped, its fit takes the
+    # heat from the sweep's own stream of passes)
+    heat = common + (["--repeats", "1"] if args.quick else []) if gpu else None
     print(estimate(model, sweep, heat, gpu), flush=True)
     store = RunStore(results / "calibration")
     before = {r["run_id"] for r in store.rows()}
     started = time.perf_counter()
     for step, step_argv in (("sweep", sweep), ("heat", heat)):
+        if step_argv is None:
+            print(f"\n== calibrate {step}: skipped on a CPU", flush=True)
+            continue
         failed = step_failed(step, step_argv)
         if failed:
             return failed
@@ -601,7 +609,7 @@ def run_main(argv: list[str]) -> int:
     # the committed calibration's form (its --serving-heat needs open runs of the card: `fit` it after
     # them); on a CPU, whose sweep runs no CUDA graph and no batch that fills a GPU, the waves' form
     fit = (["--results", str(results), "--model", model, "--sweep", row["run_id"], "--name", name]
-           + (["--schedule", "--mixed"] if gpu else [])
+           + (["--schedule", "--mixed"] if gpu else ["--no-heat-run"])
            + (["--out", str(args.out)] if args.out else []) + (["--no-charts"] if args.no_charts else []))
     failed = step_failed("fit", fit)
     if failed:
@@ -690,14 +698,15 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
         sweep.add_argument(flag, type=kind, default=None)
     sweep.add_argument("--quick", action="store_true")
     s, _ = sweep.parse_known_args(sweep_argv)
-    h, _ = sweep.parse_known_args(heat_argv)
+    h, _ = sweep.parse_known_args(heat_argv or [])
     max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, get_preset(model).context_length)
     shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000)
     shapes = quick_shapes(shapes, max_batch) if s.quick else shapes
     repeats, heat_repeats, rest = s.repeats or 3, h.repeats or 3, 1.5 if h.rest is None else h.rest
     plan = segments() if gpu else segments(0.02, **CPU_SHAPES)
     head = (f"calibrate run: {model} on {'the GPU' if gpu else 'the CPU'}: sweep {len(shapes)} shapes x "
-            f"({repeats} timed + 1 warm-up), heat {len(plan)} sequences x {heat_repeats}, then the fit")
+            f"({repeats} timed + 1 warm-up), " + (f"heat {len(plan)} sequences x {heat_repeats}" if heat_argv else
+                                                  "no heat run (a GPU's)") + ", then the fit")
     if not gpu:
         return head + "; no time estimate on a CPU (the estimate prices passes on a GPU): a smoke run, minutes"
     card, name = cuda_card()

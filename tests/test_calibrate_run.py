@@ -63,15 +63,16 @@ def test_run_does_sweep_heat_fit_in_turn_and_reports_the_held_out_error(tmp_path
     out = tmp_path / "calibrations"
     assert cli.main(["run", "--model", "tiny", "--device", "cpu", "--quick", "--results", str(tmp_path / "results"),
                      "--out", str(out), "--no-charts"]) == 0
-    assert [s for s, _ in steps.calls] == ["sweep", "heat", "fit"]
-    sweep, heat, fit = (dict(zip(a, a[1:])) for _, a in steps.calls)
-    assert sweep["--model"] == heat["--model"] == fit["--model"] == "tiny"
-    assert sweep["--out"] == heat["--out"] == fit["--results"] == str(tmp_path / "results")
+    assert [s for s, _ in steps.calls] == ["sweep", "fit"]  # (a CPU's heat run is skipped: the heat is a GPU's)
+    sweep, fit = (dict(zip(a, a[1:])) for _, a in steps.calls)
+    assert sweep["--model"] == fit["--model"] == "tiny" and "--no-heat-run" in steps.calls[1][1]
+    assert sweep["--out"] == fit["--results"] == str(tmp_path / "results")
     assert "--quick" in steps.calls[0][1] and sweep["--max-batch"] == "64" and sweep["--repeats"] == "1"  # the CPU's grid
     assert fit["--sweep"] == "sweep-new" and fit["--name"] == "h200" and fit["--out"] == str(out)
-    assert "--schedule" not in steps.calls[2][1]  # (a CPU's sweep has no batch that fills a GPU to fit it on)
+    assert "--schedule" not in steps.calls[1][1]  # (a CPU's sweep has no batch that fills a GPU to fit it on)
     text = capsys.readouterr().out
     assert text.index("calibrate run: tiny on the CPU: sweep") < text.index("== calibrate sweep")  # the plan first
+    assert "== calibrate heat: skipped on a CPU" in text
     assert "calibrated tiny on NVIDIA H200" in text and str(out / "tiny" / "h200.json") in text
     assert "python -m sim run --model tiny uses it" in text
     assert "decode   held-out" in text.split("held-out) and on its own")[-1]  # the report, at the end
@@ -103,11 +104,15 @@ def test_a_failing_step_is_one_error_line_naming_it_and_the_old_calibration_stay
     old = out / "tiny" / "h200.json"
     old.parent.mkdir(parents=True)
     old.write_text('{"old": 1}\n')
+    import torch
+
+    import engine.provenance
+    monkeypatch.setattr(engine.provenance, "resolve_device", lambda name: torch.device("cuda"))  # (no CUDA touched)
+    monkeypatch.setattr(cli, "cuda_card", lambda: (None, None))
     for failing in ("sweep", "heat", "fit"):
         steps = Steps(fail=failing)
         monkeypatch.setattr(cli, "run_step", steps)
-        assert cli.main(["run", "--model", "tiny", "--device", "cpu", "--results", str(tmp_path / failing),
-                         "--out", str(out)]) == 2
+        assert cli.main(["run", "--model", "tiny", "--results", str(tmp_path / failing), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err == f"error: calibrate run: the {failing} step failed: the {failing} broke; no calibration was written\n"
         assert [s for s, _ in steps.calls] == list(cli.STEPS[:cli.STEPS.index(failing) + 1])  # none after it

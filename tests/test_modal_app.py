@@ -104,6 +104,11 @@ def test_calibrate_runs_calibrate_run_on_the_gpu_asked_for_and_brings_the_calibr
     from tests.test_calibrate_run import Steps
     assert list(inspect.signature(modal_app.calibrate.info.raw_f).parameters) == ["model", "gpu", "quick"]
     assert modal_app.on_gpu.with_options(gpu="A100") is not None  # Modal's card, chosen per call
+    import torch
+
+    import engine.provenance
+    monkeypatch.setattr(engine.provenance, "resolve_device", lambda name: torch.device("cuda"))  # as in the container
+    monkeypatch.setattr(cli, "cuda_card", lambda: (None, None))  # (no nvidia-smi asked here)
     steps = Steps(gpu="NVIDIA A100-SXM4-80GB")
     monkeypatch.setattr(cli, "run_step", steps)
     stamp = modal_app.command_body("run", modal_app.calibrate_argv("tiny", quick=True), tmp_path / "volume", "abc")
