@@ -545,7 +545,8 @@ def run_main(argv: list[str]) -> int:
                                    "from --model and the GPU (CALIBRATIONS/<model>/<gpu>.json: `python -m sim run "
                                    "--model NAME` uses it), then the fit's error on the held-out shapes. An estimate "
                                    "of the time it takes is printed first. On a CPU (the tiny model) it is a smoke "
-                                   "run of the same steps on a small grid.")
+                                   "run on a small grid: the sweep and the fit, no heat run (a GPU's slow-down), "
+                                   "a calibration the simulator, which prices GPUs, does not use.")
     p.add_argument("--model", default=None, help="model preset (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
     p.add_argument("--quick", action="store_true",
                    help="a reduced grid: the sweep's --quick shapes (a third) timed twice, the heat's sequences "
