@@ -4,18 +4,22 @@
     modal run modal_app.py::main --engine cached
     modal run modal_app.py::main --engine batched --prompts p256 --batch-size 1,2,4,8,16,32,64,128,256,512,1024
     modal run modal_app.py::arrivals --rates 1,3,5,7
-    modal run modal_app.py::calibrate
+    modal run modal_app.py::calibrate --model qwen2.5-1.5b --gpu A100 [--quick]
 
     modal run modal_app.py::sweep --args "--trace FILE --policy continuous,chunked --request-rate 5,10"
     modal run modal_app.py::capacity --args "--trace FILE --slo ttft:p99:200"
 
-Each of the first four runs the same code as the local command line on an A10G (the part0 workload's card): `main` is
-`python -m engine bench`, `arrivals` is `python -m engine serve-trace` (open runs of the
-continuous engine), `calibrate` is `python -m calibrate sweep` and `heat` followed, on your machine, by
-`python -m calibrate fit --schedule --mixed` (the committed H200 calibration's form but for
-`--serving-heat`, which refits the heat's slow-downs on open runs of the same card: after
-`arrivals`, run `python -m calibrate fit --gpu a10g --schedule --mixed --serving-heat` locally) on
-the pulled-back sweep. The function writes under a directory per invocation on the Modal volume
+Each of the first four runs the same code as the local command line on a GPU of Modal's: an A10G
+(the part0 workload's card), or for `calibrate` the one --gpu names in Modal's words (A10G, L4,
+A100, A100-80GB, H100, H200, ...). `main` is `python -m engine bench`, `arrivals` is `python -m
+engine serve-trace` (open runs of the continuous engine), `calibrate` is `python -m calibrate run
+--model MODEL [--quick]` (sweep, heat and fit in turn, each in its own process): its sweep and heat
+runs come back into results/calibration/ and the calibration into your calibrations folder
+($LLMSIM_CALIBRATIONS, else ~/.local/share/llm-serving-sim/calibrations), where `python -m sim run
+--model MODEL --cost calibrated:NAME` finds it. The fit there has no open runs of the card, so it
+measures no host time; after `arrivals` on the same card, `python -m calibrate fit --gpu GPU
+--schedule --mixed --serving-heat` here refits on the pulled-back sweep with them (the committed
+H200 calibration's form). The function writes under a directory per invocation on the Modal volume
 `llm-serving-sim-results`; the local entrypoint pulls that directory back and adds its runs to
 `results/<engine>/` (never overwriting a run).
 
@@ -45,16 +49,21 @@ image = (
     .add_local_dir(REPO / "core", "/root/core")
     .add_local_dir(REPO / "engine", "/root/engine")
     .add_local_dir(REPO / "traces", "/root/traces")
+    # `calibrate run`'s fit: the simulator's cost model and what it reads with
+    .pip_install("scipy>=1.11", "pandas>=2.1", "simpy>=4.1", "jsonschema>=4")
     .add_local_dir(REPO / "calibrate", "/root/calibrate")
+    .add_local_dir(REPO / "sim", "/root/sim")
 )
-COMMANDS = ("bench", "serve-trace", "sweep", "heat")  # what the GPU function can run
+COMMANDS = ("bench", "serve-trace", "sweep", "heat", "run")  # what the GPU function can run
+CALIBRATIONS = "calibrations"  # `calibrate run`'s calibration, under an invocation's directory
 volume = modal.Volume.from_name("llm-serving-sim-results", create_if_missing=True)
 
 
 def command_body(command: str, argv: list[str], results_root: str | Path, git_commit: str | None = None) -> str:
     """What the Modal function does, runnable anywhere: one of the local command lines
-    (`python -m engine bench`, `python -m engine serve-trace`, `python -m calibrate sweep|heat`),
-    writing under `results_root/<invocation stamp>/<engine>/`. Returns the stamp."""
+    (`python -m engine bench`, `python -m engine serve-trace`, `python -m calibrate sweep|heat|run`),
+    writing under `results_root/<invocation stamp>/<engine>/` (`run`: its calibration under
+    `<stamp>/calibrations/<model>/`). Returns the stamp."""
     if command == "bench":
         from engine.bench import main as run
     elif command == "serve-trace":
@@ -63,6 +72,11 @@ def command_body(command: str, argv: list[str], results_root: str | Path, git_co
         from calibrate.__main__ import sweep_main as run
     elif command == "heat":
         from calibrate.__main__ import heat_main as run
+    elif command == "run":
+        from calibrate.__main__ import run_main
+        def run(args):  # its results and its calibration both under the invocation's directory
+            out = Path(args[-1])
+            return run_main(args[:-2] + ["--results", str(out), "--out", str(out / CALIBRATIONS), "--no-charts"])
     else:
         raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
     if git_commit:  # the container has the code but not its .git
@@ -133,11 +147,30 @@ def simulate_point(spec: dict, slos: dict | None = None, trace=None) -> dict:
     return point_row(spec, slos, trace)
 
 
-def _run_and_pull(command: str, argv: list[str]) -> list[Path]:
-    """Run `command` on Modal's GPU, pull its directory back into results/."""
-    from engine.provenance import git_commit
+def pull_calibrations(stamp_dir: Path, dest: Path) -> list[Path]:
+    """Take `calibrate run`'s calibrations out of a pulled-back invocation's directory into `dest`
+    (the user's calibrations folder: `dest/<model>/<name>.json`, each written whole or not at all),
+    leaving its runs for `merge_results`."""
+    from core.atomic import write_text
 
-    stamp = on_gpu.remote(command, argv, git_commit())
+    folder, written = stamp_dir / CALIBRATIONS, []
+    for path in sorted(folder.glob("*/*.json")):
+        target = dest / path.parent.name / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text(target, path.read_text())
+        written.append(target)
+    shutil.rmtree(folder, ignore_errors=True)
+    return written
+
+
+def _run_and_pull(command: str, argv: list[str], gpu: str | None = None) -> list[Path]:
+    """Run `command` on Modal's GPU (`gpu`: Modal's name for the card; default on_gpu's, an A10G),
+    pull its directory back into results/ (and a calibration into the user's calibrations folder)."""
+    from engine.provenance import git_commit
+    from sim.cost import user_calibrations
+
+    function = on_gpu.with_options(gpu=gpu) if gpu else on_gpu
+    stamp = function.remote(command, argv, git_commit())
     with tempfile.TemporaryDirectory() as tmp:
         for entry in volume.listdir(stamp, recursive=True):
             if entry.type == modal.volume.FileEntryType.FILE:
@@ -146,9 +179,10 @@ def _run_and_pull(command: str, argv: list[str]) -> list[Path]:
                 with open(local, "wb") as f:
                     for chunk in volume.read_file(entry.path):
                         f.write(chunk)
-        written = merge_results(Path(tmp) / stamp, REPO / "results")
+        written = pull_calibrations(Path(tmp) / stamp, user_calibrations())
+        written += merge_results(Path(tmp) / stamp, REPO / "results")
     for path in written:
-        print(f"added {path.relative_to(REPO)}")
+        print(f"added {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return written
 
 
@@ -172,14 +206,16 @@ def arrivals(rates: str = "1,3,5,7", requests: int = 50, policy: str = "continuo
 
 
 @app.local_entrypoint()
-def calibrate(model: str = "qwen2.5-1.5b", repeats: int = 3):
-    """Time the pass-shape sweep and the heat run on Modal's GPU, then fit the cost model here on
-    what came back."""
-    from calibrate.__main__ import fit_main
+def calibrate(model: str = "qwen2.5-1.5b", gpu: str = "A10G", quick: bool = False):
+    """`python -m calibrate run --model MODEL [--quick]` on Modal's GPU `gpu` (A10G, L4, A100,
+    A100-80GB, H100, H200, ...): its runs pulled back into results/calibration/, its calibration
+    into the user's calibrations folder, where the simulator finds it."""
+    _run_and_pull("run", calibrate_argv(model, quick), gpu=gpu)
 
-    _run_and_pull("sweep", ["--model", model, "--repeats", str(repeats)])
-    _run_and_pull("heat", ["--model", model])
-    fit_main(["--results", str(REPO / "results"), "--gpu", "a10g", "--schedule", "--mixed"])
+
+def calibrate_argv(model: str, quick: bool = False) -> list[str]:
+    """The options the `calibrate` entrypoint gives `python -m calibrate run` on Modal's GPU."""
+    return ["--model", model] + (["--quick"] if quick else [])  # (--device auto: the container's GPU)
 
 
 def simulator_body(command: str, args: str, mapper) -> int:

@@ -1,5 +1,7 @@
-"""`python -m calibrate sweep|heat|fit`: time the engine's passes, fit the simulator's cost model.
+"""`python -m calibrate run|sweep|heat|fit`: time the engine's passes, fit the simulator's cost model.
 
+    python -m calibrate run --model NAME            # on a GPU: the three steps below in turn, ~5-10 minutes
+                                                    # (--quick: a reduced grid, a third of the time)
     python -m calibrate sweep                       # on a GPU: a few hundred shapes, ~1 minute
     python -m calibrate heat                        # on a GPU: prompt work's slow-down, by design, ~4 minutes
     python -m calibrate fit                         # the calibration, where the simulator finds it
@@ -20,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,6 +71,10 @@ def sweep_main(argv: list[str]) -> int:
                         "of one context (mixtures); or mixed passes as the chunked policy builds them on a served "
                         "trace, beside the default grid's own (mixed). mixtures and mixed are diagnostics: their "
                         "rows' kinds, sweep-mixtures and sweep-mixed, are not what fit reads")
+    p.add_argument("--quick", action="store_true",
+                   help="the default grid reduced to about a third of its shapes (calibrate.sweep.quick_shapes: "
+                        "the decode batches of every power of two, multiple of 64 and held-out size; every other "
+                        "shape): a coarser table of decode graph times, the same held-out error report")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
@@ -75,7 +82,7 @@ def sweep_main(argv: list[str]) -> int:
         from tqdm import tqdm
 
         from calibrate.sweep import (MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes, mixture_shapes,
-                                     run_sweep)
+                                     quick_shapes, run_sweep)
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -105,6 +112,10 @@ def sweep_main(argv: list[str]) -> int:
         else:
             shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000,
                                     seed=args.seed, max_pass_tokens=args.max_pass_tokens)
+        if args.quick:
+            if args.grid != "default":
+                raise ValueError(f"--quick reduces the default grid, not --grid {args.grid}")
+            shapes = quick_shapes(shapes, max_batch)
         blocks = max(blocks_needed(s, args.block_size) for s in shapes)
         cache = PagedKVCache(model.config, blocks, args.block_size, dtype, device)
         runner = ModelRunner(model, cache, max_batch, kernels, graphs)
@@ -130,12 +141,15 @@ def sweep_main(argv: list[str]) -> int:
     row = {"run_id": run_id, "engine": "continuous", "kind": kind, "shapes": len(shapes), "repeats": args.repeats,
            "passes": len(passes), "launch": args.launch, "in_a_row": args.in_a_row,
            "max_pass_tokens": args.max_pass_tokens, "max_batch": max_batch, "max_context": max_context,
+           "quick": args.quick,
            "block_size": args.block_size,
            "kernels": kernels, "graphs": graphs, "graph_buckets": runner.buckets if graphs else [],
            "token_buckets": runner.fast.token_buckets if graphs else [],
            "decode_attention": runner.fast.attention.slicing() if runner.fast else None,
            "chunk_attention": engine_chunk_tiles(model.config),
-           "sms": torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None,
+           # (on a CPU its cores stand in for the SMs, so that a smoke run's fit has a waves' shape)
+           "sms": torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda"
+           else os.cpu_count() or 1,
            "kv_blocks": blocks, "wall_s": time.perf_counter() - wall, **meta}
     store.write_run(run_id, passes, [], row)
     print(f"{len(passes)} passes in {row['wall_s']:.0f} s -> {store.run_dir(run_id)}")
@@ -252,6 +266,9 @@ def fit_main(argv: list[str]) -> int:
                    help="read only the open and closed runs this calibration file read (its `runs_read`: for its "
                         "host time, serving heat and replays), so that runs measured since stay held out and the "
                         "fit reproduces it (e.g. sim/calibrations/qwen2.5-1.5b/h200.json); default: every run under RESULTS")
+    p.add_argument("--no-heat-run", action="store_true",
+                   help="fit the heat on the sweep's own pass stream even where a heat run of this GPU and model "
+                        "is there (a CPU's: its short sequences leave some shapes no rested pass)")
     p.add_argument("--schedule", action="store_true",
                    help="price decode attention of batches that fill the GPU by its programs' schedule "
                         "(sim.schedule: its rates and those batches' graph times fitted on the sweep's passes) "
@@ -276,7 +293,7 @@ def fit_main(argv: list[str]) -> int:
                              "continuous engine's")
         if args.model and row["model"] != args.model:
             raise ValueError(f"sweep {row['run_id']} timed {row['model']!r}, not --model {args.model!r}")
-        if args.gpu and row["gpu"] != get_gpu(args.gpu).name:
+        if args.gpu and get_gpu(args.gpu).name not in (row["gpu"], getattr(gpu_preset(row["gpu"])[1], "name", None)):
             raise ValueError(f"sweep {row['run_id']} ran on {row['gpu']!r}, not --gpu {args.gpu} "
                              f"({get_gpu(args.gpu).name})")
         cal_dir = args.out or user_calibrations()
@@ -298,7 +315,11 @@ def fit_main(argv: list[str]) -> int:
                         row.get("chunk_attention") or engine_chunk_tiles(model), waves_of(row))
         base["range"] = sweep_range(passes)
         shape = CalibratedCost(base | {"parameters": placeholder(base)})
-        split = ["held-out" if held_out(group_of(q), shape.buckets) else "fitted" for q in passes]
+        # (a sweep without CUDA graphs, a CPU's, records no buckets: the sizes between those its graphs
+        # would have had are held out all the same, else every decode batch would be)
+        from engine.buckets import graph_buckets
+        split_buckets = shape.buckets or graph_buckets(row.get("max_batch") or sweep_range(passes)["decode_batch"] or 1)
+        split = ["held-out" if held_out(group_of(q), split_buckets) else "fitted" for q in passes]
         train = [q for q, s in zip(passes, split) if s == "fitted"]
 
         spread = NO_SPREAD  # decode attention's spread term: fitted on the mixtures' pairs, if any, below
@@ -317,7 +338,7 @@ def fit_main(argv: list[str]) -> int:
         measured_heat, heat_run = None, None
         heat_rows = [r for r in store.rows() if r.get("kind") == "heat" and r.get("gpu") == row["gpu"]
                      and r.get("model") == row["model"]]
-        if heat_rows:
+        if heat_rows and not args.no_heat_run:
             heat_run = heat_rows[-1]
             heat_passes = store.passes(heat_run["run_id"])
             measured_heat, heat_errors = fit_response(heat_passes, heat_run["segments"])
@@ -506,12 +527,240 @@ def placeholder(base: dict) -> dict:
                                                      "graph_s": {str(b): 0.0 for b in base["graph_buckets"] or [1]}}}
 
 
+STEPS = ("sweep", "heat", "fit")
+SWEEP_PASS_HOST_S = 0.015  # a timed pass's host time in a sweep's windows: 103 s for 4,000 passes priced 42 s (H200)
+STEP_START_S = 30.0  # a step's start: torch, the model's random weights, the CUDA graphs' capture (a guess)
+FIT_S_PER_PASS = 0.05  # the fit's least squares, per pass swept (a 2-core host: 2,004 passes in 144 CPU-seconds)
+# a CPU's grid: the least whose shapes the fit's terms need once the held-out ones are set aside
+# (batches of 64, prompts of 2,048, contexts past 4,096: 6,000 for batch 1's sixth), within the tiny
+# model's 8,192 positions (a chunk of 4,096 on 4,096 cached fills them)
+CPU_GRID = ["--max-batch", "64", "--max-context", "6144"]
+
+
+def run_main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="python -m calibrate run",
+                       description="Calibrate the simulator for a model on this machine's GPU in one command: "
+                                   "`sweep`, `heat` and `fit` in turn (each its own process, so that the GPU's "
+                                   "memory is freed between them), writing the calibration the simulator finds "
+                                   "from --model and the GPU (CALIBRATIONS/<model>/<gpu>.json: `python -m sim run "
+                                   "--model NAME` uses it), then the fit's error on the held-out shapes. An estimate "
+                                   "of the time it takes is printed first. On a CPU (the tiny model) it is a smoke "
+                                   "run on a small grid: the sweep and the fit, no heat run (a GPU's slow-down), "
+                                   "a calibration the simulator, which prices GPUs, does not use.")
+    p.add_argument("--model", default=None, help="model preset (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
+    p.add_argument("--quick", action="store_true",
+                   help="a reduced grid: the sweep's --quick shapes (a third) timed twice, the heat's sequences "
+                        "once (about a third of the full run's time; a coarser table of decode graph times)")
+    p.add_argument("--device", default="auto", help="auto (a GPU when torch sees one), cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default=None, help="the engine's dtype (default float16 on a GPU, float32 on a CPU)")
+    p.add_argument("--results", type=Path, default=None,
+                   help="where the sweep and heat runs are written and the fit reads them and the open runs "
+                        "(default results/ on a GPU, out/results/ on a CPU)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder of calibrations: the file is OUT/<model>/NAME.json (default $LLMSIM_CALIBRATIONS, "
+                        "else ~/.local/share/llm-serving-sim/calibrations, where the simulator looks)")
+    p.add_argument("--name", type=calibration_name, default=None,
+                   help="the calibration's name (default the GPU's preset, e.g. h200; cpu on a CPU)")
+    p.add_argument("--no-charts", action="store_true", help="skip the fit's residual charts")
+    try:
+        args = p.parse_args(argv)
+        from engine.provenance import resolve_device
+        device = resolve_device(args.device)
+        gpu = device.type == "cuda"
+        try:
+            model = get_preset(args.model or ("qwen2.5-1.5b" if gpu else "tiny")).name
+        except ValueError as e:
+            raise ValueError(f"--model: {e}") from None
+        results = args.results or REPO / ("results" if gpu else "out/results")
+        check_writable_dir(results, "--results")
+        if args.out is not None:
+            check_writable_dir(args.out, "--out")
+    except ValueError as e:  # (UsageError included)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    dtype = args.dtype or ("float16" if gpu else "float32")
+    common = ["--model", model, "--device", args.device, "--dtype", dtype, "--out", str(results)]
+    # on a CPU (a smoke run): the least grid the fit can stand on, each shape timed once, short rests
+    repeats = ["--repeats", "1"] if not gpu else ["--repeats", "2"] if args.quick else []
+    # the grid's contexts and chunks, each up to --max-context, add up within the model's positions
+    context = get_preset(model).context_length
+    fits = [] if context >= 32768 or not gpu else ["--max-context", str(context // 2)]
+    sweep = common + (["--quick"] if args.quick else []) + repeats + (fits if gpu else CPU_GRID)
+    # (a heat run measures how a GPU's prompt work slows it: a CPU's is skipped, its fit takes the
+    # heat from the sweep's own stream of passes)
+    heat = common + (["--repeats", "1"] if args.quick else []) if gpu else None
+    print(estimate(model, sweep, heat, gpu), flush=True)
+    store = RunStore(results / "calibration")
+    before = {r["run_id"] for r in store.rows()}
+    started = time.perf_counter()
+    for step, step_argv in (("sweep", sweep), ("heat", heat)):
+        if step_argv is None:
+            print(f"\n== calibrate {step}: skipped on a CPU", flush=True)
+            continue
+        failed = step_failed(step, step_argv)
+        if failed:
+            return failed
+    new = [r for r in store.rows() if r.get("kind") == "sweep" and r["run_id"] not in before]
+    if not new:
+        print(f"error: calibrate run: the sweep step wrote no sweep under {store.root}", file=sys.stderr)
+        return 2
+    row = new[-1]
+    from sim.cost import gpu_preset, user_calibrations
+    name = args.name or gpu_preset(row.get("gpu", ""))[0] or ("cpu" if row.get("device") == "cpu" else "gpu")
+    # the committed calibration's form (its --serving-heat needs open runs of the card: `fit` it after
+    # them); on a CPU, whose sweep runs no CUDA graph and no batch that fills a GPU, the waves' form
+    fit = (["--results", str(results), "--model", model, "--sweep", row["run_id"], "--name", name]
+           + (["--schedule", "--mixed"] if gpu else ["--no-heat-run"])
+           + (["--out", str(args.out)] if args.out else []) + (["--no-charts"] if args.no_charts else []))
+    failed = step_failed("fit", fit)
+    if failed:
+        return failed
+    path = (args.out or user_calibrations()) / model / f"{name}.json"
+    try:
+        doc = json.loads(path.read_text())
+        from calibrate.fit import ErrorRow, format_errors
+        report = format_errors([ErrorRow(**e) for e in doc["error"]])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: calibrate run: the fit step left no readable calibration at {path} ({e})", file=sys.stderr)
+        return 2
+    preset = gpu_preset(row.get("gpu", ""))[0]
+    use = (f"python -m sim run --model {model}" + (f" --gpu {preset}" if preset != "h200" else "")
+           + (f" --cost calibrated:{name}" if name != preset else "") + " uses it" if preset else
+           f"measured on {row.get('gpu')}, which no GPU preset describes: the simulator, which sizes a GPU's KV "
+           "cache, does not use it (a smoke run's)")
+    print(f"\ncalibrated {model} on {row.get('gpu')} in {(time.perf_counter() - started) / 60:.1f} min: {path}\n"
+          f"{use}\nthe fit's error on the shapes it was not fitted on (held-out) and on its own (fitted):\n{report}")
+    return 0
+
+
+def step_failed(step: str, argv: list[str]) -> int:
+    """Run one step (`run_step`); 0 when it succeeded, else say which step failed, and why, in one
+    line and return 2."""
+    print(f"\n== calibrate {step} " + " ".join(argv), flush=True)
+    code, error = run_step(step, argv)
+    if code == 0:
+        return 0
+    why = error or f"exit status {code}, its output above"
+    print(f"error: calibrate run: the {step} step failed: {why}; no calibration was written", file=sys.stderr)
+    return 2
+
+
+def run_step(step: str, argv: list[str]) -> tuple[int, str | None]:
+    """`python -m calibrate STEP ARGV...` in a process of its own (the GPU's memory is the
+    system's again once it ends), its output passed through as it comes, except its `error:`
+    line, which is returned with its exit status for `calibrate run` to name the step in its
+    own. The seam the tests of `calibrate run` replace (a real sweep, heat run and fit take
+    minutes)."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "calibrate", step, *argv], stderr=subprocess.PIPE, env=env)
+    try:
+        error = pass_through(proc.stderr, sys.stderr)
+        return proc.wait(), error
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def pass_through(stream, out) -> str | None:
+    """Copy `stream` (bytes) to `out` (text) piece by piece (a line, or a progress bar's update up to
+    its carriage return) as it comes, but for `error: ` lines; the last of those, without the prefix."""
+    error, pending = None, b""
+
+    def emit(piece: bytes) -> None:
+        nonlocal error
+        if piece.startswith(b"error: "):
+            error = piece.decode(errors="replace").strip()[len("error: "):]
+        else:
+            out.write(piece.decode(errors="replace"))
+            out.flush()
+    while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+        pending += chunk
+        while True:
+            cuts = [i for i in (pending.find(b"\n"), pending.find(b"\r")) if i >= 0]
+            if not cuts:
+                break
+            emit(pending[:min(cuts) + 1])
+            pending = pending[min(cuts) + 1:]
+    if pending:
+        emit(pending)
+    return error
+
+
+def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool) -> str:
+    """The run's plan and its time, estimated: the sweep's and heat run's passes priced by the
+    committed H200 calibration projected to the model (and to this machine's card when a GPU preset
+    describes it), a sweep's host time a pass, each step's start, the fit's least squares."""
+    from calibrate.response import CPU_SHAPES, segments
+    from calibrate.sweep import default_shapes, quick_shapes
+    sweep = argparse.ArgumentParser(add_help=False)
+    for flag, kind in (("--repeats", int), ("--max-batch", int), ("--max-context", int), ("--rest", float)):
+        sweep.add_argument(flag, type=kind, default=None)
+    sweep.add_argument("--quick", action="store_true")
+    s, _ = sweep.parse_known_args(sweep_argv)
+    h, _ = sweep.parse_known_args(heat_argv or [])
+    max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, get_preset(model).context_length)
+    shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000)
+    shapes = quick_shapes(shapes, max_batch) if s.quick else shapes
+    repeats, heat_repeats, rest = s.repeats or 3, h.repeats or 3, 1.5 if h.rest is None else h.rest
+    plan = segments() if gpu else segments(0.02, **CPU_SHAPES)
+    head = (f"calibrate run: {model} on {'the GPU' if gpu else 'the CPU'}: sweep {len(shapes)} shapes x "
+            f"({repeats} timed + 1 warm-up), " + (f"heat {len(plan)} sequences x {heat_repeats}" if heat_argv else
+                                                  "no heat run (a GPU's)") + ", then the fit")
+    if not gpu:
+        return head + "; no time estimate on a CPU (the estimate prices passes on a GPU): a smoke run, minutes"
+    card, name = cuda_card()
+    cost = priced_on(model, card)
+
+    priced: dict = {}
+
+    def busy(shape_list) -> float:  # (the heat's sequences repeat a few shapes thousands of times)
+        for q in set(shape_list) - set(priced):
+            priced[q] = cost.pass_time([n for _, n in q.seqs], [c for c, _ in q.seqs])
+        return sum(priced[q] for q in shape_list)
+    sweep_s = STEP_START_S + (repeats + 1) * (busy(shapes) + SWEEP_PASS_HOST_S * len(shapes))
+    heat_s = STEP_START_S + heat_repeats * sum(rest + busy(seq) for _, seq in plan)
+    fit_s = FIT_S_PER_PASS * len(shapes) * repeats
+    on = card.name if card is not None and card.name == name else f"an H200 ({name or 'this card'} has no GPU preset)"
+    return (head + f"; estimated {(sweep_s + heat_s + fit_s) / 60:.0f} min on {on}: sweep {sweep_s / 60:.1f}, "
+            f"heat {heat_s / 60:.1f}, fit {fit_s / 60:.1f} (passes priced by the H200 calibration"
+            + (f" projected to {model}" if cost.projected_from else "")
+            + "; the fit's share depends on this host's CPU)")
+
+
+def cuda_card() -> tuple:
+    """(the GPU preset, the name) of this machine's first GPU as nvidia-smi names it, without a CUDA
+    context in this process (its memory stays the steps'); (None, None) when it cannot tell."""
+    import subprocess
+    from sim.cost import gpu_preset
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20).stdout.splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None, None
+    return gpu_preset(name)[1], name
+
+
+def priced_on(model: str, card):
+    """The committed H200 calibration, projected to `model` and to `card` (a GPU preset, or None)."""
+    from sim.calibrated import CalibratedCost
+    from sim.cost import find_calibration
+    h200 = get_gpu("h200")
+    cost = CalibratedCost.from_json(find_calibration("h200", "qwen2.5-1.5b"))
+    if model != cost.model:
+        cost = cost.projected_to_model(get_preset(cost.model), get_preset(model), h200)
+    return cost if card is None or card.name == h200.name else cost.projected(card, h200)
+
+
 COMMANDS = {"sweep": ("on a GPU: time the engine's passes over a grid of shapes (runs under OUT/calibration/)",
                       sweep_main),
             "heat": ("on a GPU: how prompt work slows the passes after it (a heat run under OUT/calibration/)",
                      heat_main),
             "fit": ("fit the simulator's cost model on a sweep: the calibration where the simulator finds it, "
-                    "NAME-errors.csv and charts beside the sweep", fit_main)}
+                    "NAME-errors.csv and charts beside the sweep", fit_main),
+            "run": ("sweep, heat and fit in one command, each in its own process, for --model on this GPU; "
+                    "the held-out error at the end (--quick: a reduced grid)", run_main)}
 
 
 def main(argv: list[str] | None = None) -> int:

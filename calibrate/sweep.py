@@ -119,6 +119,20 @@ def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_he
     return [s for s in shapes if s.tokens_held <= max_tokens_held and len(s.seqs) <= max_batch]
 
 
+def quick_shapes(shapes: list[Shape], max_batch: int) -> list[Shape]:
+    """A reduced grid (`calibrate sweep --quick`, `calibrate run --quick`): the decode batches of
+    `shapes` whose size is a power of two, a multiple of 64, or between the graph buckets (the
+    sizes the fit holds out, so that the error report stands on as many shapes as the full
+    grid's), every other shape kept. The decode buckets left out (72, 80, 88, ...) get their
+    graphs' times interpolated between the timed ones (`CalibratedCost.graph_time`): a third of
+    the full grid's shapes at 1,024 sequences, for a coarser graph-time table."""
+    buckets = set(graph_buckets(max_batch))
+
+    def kept(b: int) -> bool:
+        return b & (b - 1) == 0 or b % 64 == 0 or b not in buckets
+    return [s for s in shapes if not s.group.startswith("decode ") or kept(len(s.seqs))]
+
+
 MIXTURE_BATCHES = (40, 64, 72, 80, 96, 104, 112, 120, 160, 256)
 
 

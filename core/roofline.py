@@ -49,6 +49,7 @@ GPUS: dict[str, GPUSpec] = {
     "a10g": GPUSpec("NVIDIA A10G", 600, 125, 24, source="datasheet"),
     "l4": GPUSpec("NVIDIA L4", 300, 121, 24, source="datasheet"),
     "a100-80gb": GPUSpec("NVIDIA A100 80GB SXM", 2039, 312, 80, source="datasheet"),
+    "a100-40gb": GPUSpec("NVIDIA A100 40GB SXM", 1555, 312, 40, source="datasheet"),
     "h100-sxm": GPUSpec("NVIDIA H100 SXM", 3350, 989, 80, source="datasheet"),
     # Measured on this project's H200 (2026-11-29): device-to-device copy 4.15 TB/s, fp16
     # matmul 760 TFLOP/s; the datasheet says 4.8 TB/s and 989 TFLOP/s.
@@ -58,6 +59,10 @@ GPUS: dict[str, GPUSpec] = {
 
 
 GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm"}  # the short names users type for the presets
+# The presets whose cards torch (and nvidia-smi) name otherwise: a sweep records torch's name, and
+# `sim.cost.gpu_preset` finds the preset, and so the calibration's name, from it.
+DEVICE_NAMES = {"NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+                "NVIDIA H100 80GB HBM3": "h100-sxm"}
 
 
 def get_gpu(name: str) -> GPUSpec:

@@ -62,13 +62,16 @@ class RunSpec:
                               "trace's name, e.g. azure-conv-2023", type=str)
     trace_format: str | None = option(None, "trace format; detected when omitted", type=str, choices=FORMATS)
     policy: str = option("continuous", "scheduling policy", type=str, choices=tuple(POLICIES), axis=True)
-    cost: str = option(DEFAULT_COST, "auto (the calibration for --model on --gpu when one exists, else its "
-                                     "roofline), roofline:GPU (a preset: h200, h100-sxm, a100-80gb, a10, ...), "
-                                        "constant:SECONDS, calibrated:NAME[@GPU] or a calibration JSON (see "
-                                        "sim/cost.py); *FACTOR after it makes every pass FACTOR times as long "
-                                        "(calibrated:h200*1.02)", type=str, axis=True)
+    cost: str = option(DEFAULT_COST, "auto (the calibration for --model on --gpu when one exists, else the "
+                                     "nearest calibrated model's on that GPU projected to --model, else the GPU's "
+                                     "roofline; either said on stderr), roofline:GPU (a preset: h200, h100-sxm, "
+                                     "a100-80gb, a10, ...), constant:SECONDS, calibrated:NAME[@GPU] (@GPU: projected "
+                                     "to that card), calibrated:MODEL/NAME (another model's calibration projected to "
+                                     "--model) or a calibration JSON (see sim/cost.py); *FACTOR after it makes every "
+                                     "pass FACTOR times as long (calibrated:h200*1.02)", type=str, axis=True)
     model: str = option("qwen2.5-1.5b", f"model preset ({', '.join(PRESETS)}) or a Hugging Face config.json; a "
-                                        "calibration file must match it", type=str)
+                                        "calibration file must match it (calibrated:MODEL/NAME projects another "
+                                        "model's)", type=str)
     gpu: str | None = option(None, "GPU preset sizing the KV cache when --cost names no GPU (default h200)",
                              type=str)
     overhead_ms: float = option(0.3, "roofline: fixed time per pass, ms", type=float, low=0, high=MAX_ARRIVAL_S * 1e3)

@@ -123,6 +123,7 @@ import copy
 import json
 import math
 from bisect import bisect_left
+from dataclasses import replace
 from importlib import resources
 import re
 from pathlib import Path
@@ -130,8 +131,9 @@ from typing import Sequence
 
 import numpy as np
 
+from core.config import ModelConfig
 from core.records import pass_kind
-from core.roofline import GPUSpec
+from core.roofline import GIB, GPUSpec
 from sim.heat import Heat
 from sim.host import HostTime
 from sim.noise import Noise
@@ -228,6 +230,7 @@ class CalibratedCost:
         self.host = HostTime.from_dict(d.get("host"), source)  # optional: the engine's host time (sim.host)
         self.heat = Heat.from_dict(d.get("heat"), source)  # optional: decode slowed by recent prompt work (sim.heat)
         self.noise = Noise.from_dict(d.get("noise"), source)  # optional: the engine's scatter (sim.noise, --noise)
+        self.projected_from: str | None = None  # the model it was measured on, when projected to another
 
     def _number(self, v, where: str) -> float:
         """A parameter: seconds from 0 to MAX_ARRIVAL_S, or a rate (GB/s, TFLOP/s) of 0 or at least MIN_RATE."""
@@ -580,6 +583,86 @@ class CalibratedCost:
         out.heat = Heat()  # the measured card's power behaviour, not the other's
         return out
 
+    def projected_to_model(self, measured: ModelConfig, target: ModelConfig, gpu: GPUSpec) -> "CalibratedCost":
+        """This calibration of `measured` on `gpu` moved to another model, `target`, on the same
+        card: a projection, not a measurement (its error against a second model's own calibration
+        has not been measured yet). Every term follows the model quantity it stands for:
+
+        - the weights' read, the projections' FLOPs and the KV bytes a block holds: the file's
+          constants times the target's over the measured model's (weight bytes, FLOPs per token,
+          KV bytes per token), at the fitted rates (weight_gbs, matmul_tflops, kv_gbs stay: the
+          card's); decode attention's programs by the target's KV heads (the grid is batch x KV
+          heads x slices; the slicing, `fills_gpu` and the buckets are the engine's and stay);
+        - a CUDA graph's time beyond the roofline of its batch (the card's preset rates): what is
+          left at the smallest batches is kernels' launch and latency, paid once per kernel, so
+          per layer: it scales with the layer count; what grows with the batch on top of it is
+          the matrix multiplies' shortfall from the roofline, which scales with the roofline's
+          time. Per bucket B, with F the least excess over the buckets: graph(B) = F x layers' +
+          (graph(B) - F) x roof'(B) / roof(B); batch 1's fixed time likewise, all its excess
+          over its weight read being per-layer latency;
+        - per-layer latencies (a decode block's walk, a slice's merge, a program's or a tile's
+          start, batch 1's serial walk, a prefill pass's fixed time, an eager pass's kernel
+          launches on the GPU and on the host): by the layer count; chunk attention's blocks,
+          which are arithmetic on tiles of a fixed number of rows, by layers x head dim; its
+          tiles hold as many (token, query head) rows as the engine's (a power of two: 128), so
+          tokens a tile = rows // the target's query heads per KV head;
+        - what is the card's or the host's alone stays: the waves' shape, the heat, the scatter,
+          the host's planning and batch building (per pass, per token, per sequence), the
+          partial wave's `tail` and the overlap `shared`; the memory left for the KV cache moves by
+          the weights' difference.
+        """
+        lr = target.num_hidden_layers / measured.num_hidden_layers
+        wr = target.weight_bytes_read_per_pass() / measured.weight_bytes_read_per_pass()
+        fr = target.flops_per_token(0) / measured.flops_per_token(0)
+        kr = target.kv_bytes_per_token() / measured.kv_bytes_per_token()
+        hr = target.head_dim / measured.head_dim
+        out = copy.deepcopy(self)
+        out.model = target.name
+        out.weight_bytes, out.flops_per_token, out.kv_bytes = self.weight_bytes * wr, self.flops_per_token * fr, \
+            self.kv_bytes * kr
+        group = measured.num_attention_heads // measured.num_key_value_heads
+        target_group = target.num_attention_heads // target.num_key_value_heads
+        if target_group != group:
+            rows = 1 << (self.tile_tokens * group - 1).bit_length()  # the engine's tile rows (a power of two)
+            out.tile_tokens = max(1, rows // target_group)
+        out.kv_heads = target.num_key_value_heads
+        out.block_bytes = out.kv_bytes * out.block_n / out.kv_heads
+
+        def roof(b: int, weight_bytes: float, flops: float) -> float:
+            return gpu.floor_s(weight_bytes, b * flops)
+
+        def graph(t: float, b: int, fixed: float) -> float:
+            before, after = roof(b, self.weight_bytes, self.flops_per_token), roof(b, out.weight_bytes,
+                                                                                  out.flops_per_token)
+            return fixed * lr + (t - fixed) * after / before
+
+        least = min(t - roof(b, self.weight_bytes, self.flops_per_token) for b, t in self.graph_s.items())
+        out.graph_s = {b: graph(t, b, max(0.0, least)) for b, t in self.graph_s.items()}
+        batch1 = self.p1["fixed_s"] - roof(1, self.weight_bytes, self.flops_per_token)
+        out.p1 = dict(self.p1, fixed_s=graph(self.p1["fixed_s"], 1, max(0.0, batch1)),
+                      serial_s_per_token=self.p1["serial_s_per_token"] * lr, merge_s=self.p1["merge_s"] * lr)
+        out.pd_rates = {k: dict(v, block_s=v["block_s"] * lr, merge_s=v["merge_s"] * lr,
+                                program_s=v["program_s"] * lr, spread_s=v["spread_s"] * lr)
+                        for k, v in self.pd_rates.items()}
+        if self.schedule is not None:
+            out.schedule = dict(self.schedule, block_s=self.schedule["block_s"] * lr,
+                                start_s=self.schedule["start_s"] * lr)
+        out.pp = dict(self.pp, fixed_s=self.pp["fixed_s"] * lr, eager_s=self.pp["eager_s"] * lr,
+                      block_s=self.pp["block_s"] * lr * hr, program_s=self.pp["program_s"] * lr)
+        if self.mixed is not None:
+            out.mixed = dict(self.mixed, fixed_s=self.mixed["fixed_s"] * lr, block_s=self.mixed["block_s"] * lr * hr,
+                             start_s=self.mixed["start_s"] * lr)
+        out.host = replace(self.host, eager_launch_s=self.host.eager_launch_s * lr)
+        if self.free_gib is not None:
+            moved = (target.weight_bytes_read_per_pass() - measured.weight_bytes_read_per_pass()) / GIB
+            out.free_gib = self.free_gib - moved
+            if out.free_gib <= 0:
+                raise ValueError(f"{target.name}'s weights leave no memory for the KV cache on {self.gpu} "
+                                 f"({self.free_gib:g} GiB free with {measured.name}'s)")
+        out.kv_blocks = None
+        out.projected_from = measured.name
+        return out
+
     @classmethod
     def from_json(cls, path: str | Path, model: str | None = None) -> "CalibratedCost":
         """Load a calibration file; `model`, when given, must be the model it was measured with."""
@@ -602,7 +685,8 @@ class CalibratedCost:
         check_schema(d, path)
         if model is not None and d["model"] != model:
             raise ValueError(f"{path} is a cost model for {d['model']!r}, but this run simulates {model!r}; "
-                             f"calibrate for {model!r} or pass --model {d['model']}")
+                             f"calibrate for {model!r}, pass --model {d['model']}, or ask for it projected to "
+                             f"{model!r}: --cost calibrated:{d['model']}/NAME")
         try:
             return cls(d, str(path))
         except KeyError as e:

@@ -16,7 +16,10 @@ Implementations:
   fixed per-pass overhead.
 - `CalibratedCost`: the engine's measured pass times, as a hardware-grounded model fitted on
   passes timed on the GPU (`calibrate/`), read from a JSON file; `calibrated:h200` names the
-  committed one.
+  committed one. Projected, uncalibrated, to another GPU (`calibrated:h200@a10`,
+  `CalibratedCost.projected`) or another model on the same GPU (`calibrated:qwen2.5-1.5b/h200`
+  with `--model tiny`, `CalibratedCost.projected_to_model`; what `--cost auto` falls back to
+  for a model without its own calibration).
 - `ConstantCost`, `TableCost`: for tests and back-of-envelope runs.
 - `ScaledCost`: another model's passes, every one a factor longer (`sim compare --cost-error`;
   `--cost calibrated:h200*1.02` on the command line).
@@ -36,8 +39,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from core.config import ModelConfig, resolve_model
-from core.roofline import GPUS, GPUSpec, get_gpu
+from core.config import PRESETS, ModelConfig, resolve_model
+from core.roofline import GPU_ALIASES, GPUS, GPUSpec, get_gpu
 from sim.calibrated import FORMAT, CalibratedCost, bucket  # noqa: F401 (FORMAT, bucket: the file's)
 from traces.trace import MAX_ARRIVAL_S
 
@@ -202,21 +205,76 @@ def known_calibrations(model: str) -> list[str]:
 
 
 DEFAULT = "auto"
-_said: set[tuple[str, str]] = set()  # (model, cost) notes already printed
+_said: set[str] = set()  # the notes said in this process (each once); `forget_notes` clears it
+
+
+def say_once(key: str, text: str) -> None:
+    """`text` on stderr, once per process for each `key`."""
+    if key not in _said:
+        _said.add(key)
+        print(text, file=sys.stderr)
+
+
+def forget_notes() -> None:
+    """Every note may be said again (the tests call it before each test: which notes a test sees
+    must not depend on the tests that ran before it in the same process)."""
+    _said.clear()
+
+
+def calibrated_models(name: str) -> list[str]:
+    """The models with a calibration `name` (a GPU's, e.g. h200): the user's and the package's
+    folders, model presets only (the others cannot be projected from)."""
+    found = set()
+    for root in (user_calibrations(), resources.files("sim") / SHIPPED):
+        if root.is_dir():
+            found.update(d.name for d in root.iterdir() if d.is_dir() and (d / f"{name}.json").is_file())
+    return sorted(m for m in found if m in PRESETS)
+
+
+def nearest_calibrated(model: str, name: str) -> str | None:
+    """The other model with a calibration `name` nearest to `model` by weight bytes (by their
+    ratio, the smaller model first at a tie), or None."""
+    weights = resolve_model(model).weight_bytes_read_per_pass()
+    others = [m for m in calibrated_models(name) if m != model_key(model)]
+    if not others:
+        return None
+
+    def distance(m: str) -> tuple[float, int, str]:
+        w = resolve_model(m).weight_bytes_read_per_pass()
+        return abs(math.log(w / weights)), w, m
+    return min(others, key=distance)
+
+
+PROJECTION = "projected by the two models' roofline terms (weight bytes, KV bytes and FLOPs per token, layers)"
+
+
+def projection_note(source: str, name: str, model: str) -> str:
+    return (f"note: {model}'s passes are priced by {source}'s {name} calibration {PROJECTION}: a projection, "
+            f"uncalibrated for {model} (its error not yet measured against a model's own calibration); "
+            f"calibrate {model} with `python -m calibrate run --model {model}`")
 
 
 def default_cost(model: str, gpu: str | None) -> str:
     """What `--cost` means when it is not given: the calibration for `model` on `gpu` (default h200)
-    when there is one, else that GPU's roofline, with one line on stderr saying it is uncalibrated."""
+    when there is one; else another model's calibration on that GPU projected to `model`
+    (`CalibratedCost.projected_to_model`; the nearest calibrated model by weight bytes); else that
+    GPU's roofline. The last two say so, once, on stderr."""
     gpu = (gpu or "h200").lower()
+    gpu = GPU_ALIASES.get(gpu, gpu)  # (a calibration is named for the preset: a100 -> a100-80gb)
+    source = nearest_calibrated(model, gpu)
     model = model_key(model)
     if find_calibration(gpu, model) is not None:
         return f"calibrated:{gpu}"
+    if source is not None:
+        spec = f"calibrated:{source}/{gpu}"
+        say_once(f"{source}/{gpu}->{model}",
+                 f"note: no calibration for {model} on {gpu}: using --cost {spec}, {source}'s {gpu} calibration "
+                 f"{PROJECTION}: a projection, uncalibrated for {model} (its error not yet measured against a "
+                 f"model's own calibration); calibrate {model} with `python -m calibrate run --model {model}`")
+        return spec
     spec = f"roofline:{gpu}"
-    if (model, spec) not in _said:
-        _said.add((model, spec))
-        print(f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
-              f"{roofline_error()}; give --cost, or calibrate your GPU (python -m calibrate --help)", file=sys.stderr)
+    say_once(f"{model}:{spec}", f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
+                   f"{roofline_error()}; give --cost, or calibrate your GPU (python -m calibrate --help)")
     return spec
 
 
@@ -239,8 +297,10 @@ def model_key(model: str) -> str:
 
 def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4) -> tuple[CostModel, GPUSpec | None]:
     """A cost model from a CLI spec: "roofline:GPU" (a preset of core.roofline), "constant:SECONDS",
-    "calibrated:NAME" (NAME.json for `model`: `user_calibrations()`'s, else the package's; e.g. calibrated:h200), "calibrated:NAME@GPU"
-    (that calibration projected to another GPU preset), or the path of a calibration JSON for
+    "calibrated:NAME" (NAME.json for `model`: `user_calibrations()`'s, else the package's; e.g. calibrated:h200),
+    "calibrated:MODEL/NAME" (another model's calibration projected to `model`,
+    `CalibratedCost.projected_to_model`, said once on stderr), "calibrated:...@GPU" (that calibration projected to
+    another GPU preset, `CalibratedCost.projected`), or the path of a calibration JSON for
     `model`; any of them followed by "*FACTOR" has every pass FACTOR times as long (`ScaledCost`:
     calibrated:h200*1.02 is the H200 calibration with passes 2% slower, as a card or a load its
     error leaves out could make them). Returns it and the GPU preset it stands for (None when it
@@ -261,26 +321,37 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
             raise ValueError(f"--cost {spec!r}: a pass must take a finite, positive time of at most {MAX_ARRIVAL_S:g} s")
         return ConstantCost(seconds), None
     if kind == "calibrated" and sep:
-        model = model_key(model)
-        name, at, target = arg.partition("@")
-        path = find_calibration(name, model)
+        named, at, target = arg.partition("@")
+        source, slash, name = named.rpartition("/")
+        source = source if slash else model_key(model)
+        if slash and source not in PRESETS:
+            raise ValueError(f"--cost {spec!r}: {source!r} is no model preset, so its calibration cannot be projected "
+                             f"to {model} (known: {', '.join(PRESETS)})")
+        path = find_calibration(name, source)
         if path is None:
-            known = ", ".join(known_calibrations(model)) or "none"
-            raise ValueError(f"--cost {spec!r}: no calibration named {name!r} for {model} in "
-                             f"{user_calibrations() / model} or the package's (known: {known})")
-        cost = CalibratedCost.from_json(path, model)
+            known = ", ".join(known_calibrations(source)) or "none"
+            others = [f"{m}/{name}" for m in calibrated_models(name) if m != source]
+            hint = (f"; other models' {name!r}: {', '.join(others)} (--cost calibrated:{others[0]} projects it to "
+                    f"{model})" if others and not slash else "")
+            raise ValueError(f"--cost {spec!r}: no calibration named {name!r} for {source} in "
+                             f"{user_calibrations() / source} or the package's (known: {known}){hint}")
+        cost = CalibratedCost.from_json(path, source)
         measured_on = _measured_on(spec, path, cost)
-        named = _gpu(spec, name) if name.lower() in GPUS else None
-        if named is not None and named.name != measured_on.name:
+        gpu_named = _gpu(spec, name) if name.lower() in GPUS else None
+        if gpu_named is not None and gpu_named.name != measured_on.name:
             raise ValueError(f"{path}: a calibration named {name!r} measured on {cost.gpu!r}, not on "
-                             f"{named.name}; rename it for its GPU")
+                             f"{gpu_named.name}; rename it for its GPU")
+        if source != model_key(model):
+            target = model_key(model)
+            cost = cost.projected_to_model(resolve_model(source), resolve_model(model), measured_on)
+            say_once(f"{source}/{name}->{target}", projection_note(source, name, target))
         if not at:
             return cost, measured_on
         return cost.projected(_gpu(spec, target), measured_on), _gpu(spec, target)
     if spec.endswith(".json") or Path(spec).exists():
         cost = CalibratedCost.from_json(spec, model_key(model))
         return cost, _measured_on(spec, spec, cost)
-    raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:NAME[@GPU] or a "
+    raise ValueError(f"--cost {spec!r}: expected roofline:GPU, constant:SECONDS, calibrated:[MODEL/]NAME[@GPU] or a "
                      f"calibration .json file")
 
 
@@ -321,7 +392,9 @@ def _gpu(spec: str, name: str) -> GPUSpec:
 def gpu_preset(name: str) -> tuple[str | None, GPUSpec | None]:
     """The preset (its key and spec) of a GPU named as torch names it ("NVIDIA H200"): the
     measured one when there is one; (None, None) when no preset describes it."""
-    from core.roofline import GPUS
+    from core.roofline import DEVICE_NAMES, GPUS
+    if name in DEVICE_NAMES:  # torch's name for a preset's card
+        return DEVICE_NAMES[name], GPUS[DEVICE_NAMES[name]]
     named = [(k, v) for k, v in GPUS.items() if v.name == name]
     measured = [(k, v) for k, v in named if v.source.startswith("measured")]
     return (measured or named or [(None, None)])[0]

@@ -24,3 +24,15 @@ def user_calibrations(tmp_path, monkeypatch):
     folder = tmp_path / "calibrations"
     monkeypatch.setenv("LLMSIM_CALIBRATIONS", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True)
+def notes_said_afresh():
+    """The simulator says some notes once per process (`sim.cost.say_once`: a projected or
+    uncalibrated cost model); each test starts with none said, so that what a test sees on
+    stderr does not depend on the tests that ran before it in the same worker."""
+    import sys
+    cost = sys.modules.get("sim.cost")  # (not imported here: the engine's tests need none of it)
+    if cost is not None:
+        cost.forget_notes()
+    yield

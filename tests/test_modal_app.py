@@ -90,3 +90,36 @@ def test_merge_takes_rows_with_new_columns(tmp_path):
     modal_app.merge_results(tmp_path / "b", dest)
     assert [r["run_id"] for r in RunStore(dest / "continuous").rows()] == ["one", "two"]
     assert (dest / "continuous" / "runs.csv").read_text().splitlines()[0] == "run_id,x,y"
+
+
+def test_calibrate_runs_calibrate_run_on_the_gpu_asked_for_and_brings_the_calibration_home(tmp_path, monkeypatch):
+    """`modal run modal_app.py::calibrate --model NAME --gpu A100 [--quick]`, wired without Modal's
+    cloud: the function body runs `python -m calibrate run` (its steps stubbed, as in
+    test_calibrate_run) under the invocation's directory, and the pull-back puts the calibration
+    in the user's calibrations folder and the runs under results/."""
+    import inspect
+
+    import calibrate.__main__ as cli
+    from core.runstore import RunStore
+    from tests.test_calibrate_run import Steps
+    assert list(inspect.signature(modal_app.calibrate.info.raw_f).parameters) == ["model", "gpu", "quick"]
+    assert modal_app.on_gpu.with_options(gpu="A100") is not None  # Modal's card, chosen per call
+    import torch
+
+    import engine.provenance
+    monkeypatch.setattr(engine.provenance, "resolve_device", lambda name: torch.device("cuda"))  # as in the container
+    monkeypatch.setattr(cli, "cuda_card", lambda: (None, None))  # (no nvidia-smi asked here)
+    steps = Steps(gpu="NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(cli, "run_step", steps)
+    stamp = modal_app.command_body("run", modal_app.calibrate_argv("tiny", quick=True), tmp_path / "volume", "abc")
+    assert [s for s, _ in steps.calls] == ["sweep", "heat", "fit"]
+    sweep = steps.calls[0][1]
+    assert "--quick" in sweep and sweep[sweep.index("--model") + 1] == "tiny"
+    assert sweep[sweep.index("--out") + 1] == str(tmp_path / "volume" / stamp)
+    home = tmp_path / "home-calibrations"
+    written = modal_app.pull_calibrations(tmp_path / "volume" / stamp, home)
+    assert written == [home / "tiny" / "a100-80gb.json"]  # named for the card's preset
+    assert json.loads(written[0].read_text())["model"] == "tiny"
+    modal_app.merge_results(tmp_path / "volume" / stamp, tmp_path / "results")
+    assert [r["run_id"] for r in RunStore(tmp_path / "results" / "calibration").rows()] == ["sweep-new"]
+    assert not (tmp_path / "results" / modal_app.CALIBRATIONS).exists()

@@ -33,12 +33,13 @@ NOT_HERE = [
     (r"python -m pytest", "runs the test suite itself"),
     (r"^python3? -m engine (bench|serve-trace|generate)(?!.*--model tiny)", "needs a GPU (the default model)"),
     (r"benchmarks/profile_decode.py", "needs a GPU"),
+    (r"^python3? -m calibrate run(?!.*--model tiny)", "needs a GPU: a calibration times the engine for minutes"),
     (r"^\$ ", "shown with its output, run in its own block"),
     (r"^cd ", "changes directory"),
     (r"--modal", "needs a Modal account"),
 ]
 # commands that run the engine (on a CPU with the tiny model): not run where torch is not installed
-NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep)"]
+NEEDS_TORCH = [r"^python3? -m calibrate (heat|sweep|run)"]
 # commands that take long on a 2-core machine: run with -m slow
 SLOW = [r"sim_speed", r"capacity_check", r"--rate-scale .*1,16,32", r"calibrate fit", r"sim compare", r"sim capacity",
         r"sweep .*azure", r"--scale", r"figures", r"out/azure-sweep", r"attention_forms", r"ttft_stages", r"heat_segments", r"closed_ttft", *NEEDS_TORCH]

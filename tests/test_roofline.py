@@ -37,3 +37,14 @@ def test_presets_exist_for_the_common_cards(name):
 def test_unknown_gpu_is_named():
     with pytest.raises(ValueError, match="unknown GPU preset 'v100'"):
         get_gpu("v100")
+
+
+def test_a_card_torch_names_otherwise_finds_its_preset():
+    """A sweep records the card as torch names it; the calibration is named for its preset (what
+    `--gpu` and `--cost calibrated:NAME` take), for the cards whose names differ too."""
+    from sim.cost import gpu_preset
+    assert gpu_preset("NVIDIA H200")[0] == "h200" and gpu_preset("NVIDIA A10G")[0] == "a10g"
+    assert gpu_preset("NVIDIA A100-SXM4-80GB") == ("a100-80gb", GPUS["a100-80gb"])
+    assert gpu_preset("NVIDIA A100-SXM4-40GB")[1].memory_gb == 40
+    assert gpu_preset("NVIDIA H100 80GB HBM3")[0] == "h100-sxm"
+    assert gpu_preset("NVIDIA B300") == (None, None)
