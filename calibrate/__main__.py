@@ -567,10 +567,8 @@ def run_main(argv: list[str]) -> int:
         from engine.provenance import resolve_device
         device = resolve_device(args.device)
         gpu = device.type == "cuda"
-        try:
-            model = get_preset(args.model or ("qwen2.5-1.5b" if gpu else "tiny")).name
-        except ValueError as e:
-            raise ValueError(f"--model: {e}") from None
+        model = args.model or ("qwen2.5-1.5b" if gpu else "tiny")  # a preset or a config.json
+        resolve_model(model)  # (its error names --model)
         results = args.results or REPO / ("results" if gpu else "out/results")
         check_writable_dir(results, "--results")
         if args.out is not None:
@@ -583,7 +581,7 @@ def run_main(argv: list[str]) -> int:
     # on a CPU (a smoke run): the least grid the fit can stand on, each shape timed once, short rests
     repeats = ["--repeats", "1"] if not gpu else ["--repeats", "2"] if args.quick else []
     # the grid's contexts and chunks, each up to --max-context, add up within the model's positions
-    context = get_preset(model).context_length
+    context = resolve_model(model).context_length
     fits = [] if context >= 32768 or not gpu else ["--max-context", str(context // 2)]
     sweep = common + (["--quick"] if args.quick else []) + repeats + (fits if gpu else CPU_GRID)
     # (a heat run measures how a GPU's prompt work slows it: a CPU's is skipped, its fit takes the
@@ -700,7 +698,7 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
     sweep.add_argument("--quick", action="store_true")
     s, _ = sweep.parse_known_args(sweep_argv)
     h, _ = sweep.parse_known_args(heat_argv or [])
-    max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, get_preset(model).context_length)
+    max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, resolve_model(model).context_length)
     shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000)
     shapes = quick_shapes(shapes, max_batch) if s.quick else shapes
     repeats, heat_repeats, rest = s.repeats or 3, h.repeats or 3, 1.5 if h.rest is None else h.rest
@@ -749,7 +747,7 @@ def priced_on(model: str, card):
     h200 = get_gpu("h200")
     cost = CalibratedCost.from_json(find_calibration("h200", "qwen2.5-1.5b"))
     if model != cost.model:
-        cost = cost.projected_to_model(get_preset(cost.model), get_preset(model), h200)
+        cost = cost.projected_to_model(resolve_model(cost.model), resolve_model(model), h200)
     return cost if card is None or card.name == h200.name else cost.projected(card, h200)
 
 

@@ -341,10 +341,10 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         if gpu_named is not None and gpu_named.name != measured_on.name:
             raise ValueError(f"{path}: a calibration named {name!r} measured on {cost.gpu!r}, not on "
                              f"{gpu_named.name}; rename it for its GPU")
-        if source != model_key(model):
-            target = model_key(model)
+        key = model_key(model)
+        if source != key:
             cost = cost.projected_to_model(resolve_model(source), resolve_model(model), measured_on)
-            say_once(f"{source}/{name}->{target}", projection_note(source, name, target))
+            say_once(f"{source}/{name}->{key}", projection_note(source, name, key))
         if not at:
             return cost, measured_on
         return cost.projected(_gpu(spec, target), measured_on), _gpu(spec, target)
