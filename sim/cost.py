@@ -262,7 +262,7 @@ def default_cost(model: str, gpu: str | None) -> str:
     gpu = (gpu or "h200").lower()
     gpu = GPU_ALIASES.get(gpu, gpu)  # (a calibration is named for the preset: a100 -> a100-80gb)
     source = nearest_calibrated(model, gpu)
-    model = model_key(model)
+    given, model = model, model_key(model)  # (given: a preset's name or a config.json's path)
     if find_calibration(gpu, model) is not None:
         return f"calibrated:{gpu}"
     if source is not None:
@@ -270,7 +270,7 @@ def default_cost(model: str, gpu: str | None) -> str:
         say_once(f"{source}/{gpu}->{model}",
                  f"note: no calibration for {model} on {gpu}: using --cost {spec}, {source}'s {gpu} calibration "
                  f"{PROJECTION}: a projection, uncalibrated for {model} (its error not yet measured against a "
-                 f"model's own calibration); calibrate {model} with `python -m calibrate run --model {model}`")
+                 f"model's own calibration); calibrate {model} with `python -m calibrate run --model {given}`")
         return spec
     spec = f"roofline:{gpu}"
     say_once(f"{model}:{spec}", f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
