@@ -92,6 +92,22 @@ def _dot_rows(x, W, rows, row_ok, cols, col_ok, K: tl.constexpr, PRECISION: tl.c
 
 
 @triton.jit
+def _dot_two_row_sets(X, NW, W, m, m_ok, rstd, rows_a, rows_b, row_ok, k_lo, k_hi, K: tl.constexpr,
+                      BM: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+    """The RMS-normalised rows of X times two sets of W's rows (q|k's two rotary halves, or gate and
+    up) over this split's input range: two [BM, R] fp32 sums, each activation tile loaded once."""
+    acc_a = tl.zeros([BM, R], tl.float32)
+    acc_b = tl.zeros([BM, R], tl.float32)
+    for k0 in range(k_lo, k_hi, BK):
+        cols = k0 + tl.arange(0, BK)
+        col_ok = cols < k_hi
+        x = _rows_tile(X, NW, m, m_ok, cols, col_ok, rstd, K, True)
+        acc_a += _dot_rows(x, W, rows_a, row_ok, cols, col_ok, K, PRECISION)
+        acc_b += _dot_rows(x, W, rows_b, row_ok, cols, col_ok, K, PRECISION)
+    return acc_a, acc_b
+
+
+@triton.jit
 def _k_range(K: tl.constexpr, SPLIT: tl.constexpr, BK: tl.constexpr):
     """This program's slice of the input dimension: whole BK tiles, the last split taking the rest."""
     per: tl.constexpr = ((K + SPLIT - 1) // SPLIT + BK - 1) // BK * BK
@@ -209,14 +225,7 @@ def _qkv_rope_cache_kernel(W, Bias, X, NW, Pos, Slots, Cos, Sin, Q, KC, VC, Part
     m_ok = m < M
     rstd = _row_rstd(X, m, m_ok, H, eps, BM, BK)
     k_lo, k_hi = _k_range(H, SPLIT, BK)
-    acc1 = tl.zeros([BM, R], tl.float32)
-    acc2 = tl.zeros([BM, R], tl.float32)
-    for k0 in range(k_lo, k_hi, BK):
-        cols = k0 + tl.arange(0, BK)
-        col_ok = cols < k_hi
-        x = _rows_tile(X, NW, m, m_ok, cols, col_ok, rstd, H, True)
-        acc1 += _dot_rows(x, W, rows1, row_ok, cols, col_ok, H, PRECISION)
-        acc2 += _dot_rows(x, W, rows2, row_ok, cols, col_ok, H, PRECISION)
+    acc1, acc2 = _dot_two_row_sets(X, NW, W, m, m_ok, rstd, rows1, rows2, row_ok, k_lo, k_hi, H, BM, R, BK, PRECISION)
     ok = m_ok[:, None] & row_ok[None, :]
     if SPLIT > 1:
         slab = BM * N
@@ -303,14 +312,8 @@ def _gate_up_silu_kernel(W, X, NW, Out, Part, Tickets, M, eps, I: tl.constexpr, 
     m_ok = m < M
     rstd = _row_rstd(X, m, m_ok, H, eps, BM, BK)
     k_lo, k_hi = _k_range(H, SPLIT, BK)
-    acc_g = tl.zeros([BM, R], tl.float32)
-    acc_u = tl.zeros([BM, R], tl.float32)
-    for k0 in range(k_lo, k_hi, BK):
-        cols = k0 + tl.arange(0, BK)
-        col_ok = cols < k_hi
-        x = _rows_tile(X, NW, m, m_ok, cols, col_ok, rstd, H, True)
-        acc_g += _dot_rows(x, W, rows, row_ok, cols, col_ok, H, PRECISION)
-        acc_u += _dot_rows(x, W, rows + I, row_ok, cols, col_ok, H, PRECISION)
+    acc_g, acc_u = _dot_two_row_sets(X, NW, W, m, m_ok, rstd, rows, rows + I, row_ok, k_lo, k_hi, H, BM, R, BK,
+                                     PRECISION)
     offs = m[:, None] * I + rows[None, :]
     ok = m_ok[:, None] & row_ok[None, :]
     if SPLIT > 1:
