@@ -245,13 +245,14 @@ def nearest_calibrated(model: str, name: str) -> str | None:
     return min(others, key=distance)
 
 
-PROJECTION = "projected by the two models' roofline terms (weight bytes, KV bytes and FLOPs per token, layers)"
-
-
-def projection_note(source: str, name: str, model: str) -> str:
-    return (f"note: {model}'s passes are priced by {source}'s {name} calibration {PROJECTION}: a projection, "
-            f"uncalibrated for {model} (its error not yet measured against a model's own calibration); "
-            f"calibrate {model} with `python -m calibrate run --model {model}`")
+def say_projection(source: str, name: str, model: str, given: str, first: str = "") -> None:
+    """Say once, on stderr, that `model`'s passes are priced by `source`'s calibration `name`
+    projected to it (`given`: the model as the user named it; `first`: what the line starts with)."""
+    say_once(f"{source}/{name}->{model}",
+             f"note: {first}{model}'s passes are priced by {source}'s {name} calibration projected by the two "
+             f"models' roofline terms (weight bytes, KV bytes and FLOPs per token, layers): a projection, "
+             f"uncalibrated for {model} (its error not yet measured against a model's own calibration); "
+             f"calibrate {model} with `python -m calibrate run --model {given}`")
 
 
 def default_cost(model: str, gpu: str | None) -> str:
@@ -261,16 +262,13 @@ def default_cost(model: str, gpu: str | None) -> str:
     GPU's roofline. The last two say so, once, on stderr."""
     gpu = (gpu or "h200").lower()
     gpu = GPU_ALIASES.get(gpu, gpu)  # (a calibration is named for the preset: a100 -> a100-80gb)
-    source = nearest_calibrated(model, gpu)
     given, model = model, model_key(model)  # (given: a preset's name or a config.json's path)
     if find_calibration(gpu, model) is not None:
         return f"calibrated:{gpu}"
+    source = nearest_calibrated(given, gpu)
     if source is not None:
         spec = f"calibrated:{source}/{gpu}"
-        say_once(f"{source}/{gpu}->{model}",
-                 f"note: no calibration for {model} on {gpu}: using --cost {spec}, {source}'s {gpu} calibration "
-                 f"{PROJECTION}: a projection, uncalibrated for {model} (its error not yet measured against a "
-                 f"model's own calibration); calibrate {model} with `python -m calibrate run --model {given}`")
+        say_projection(source, gpu, model, given, first=f"no calibration for {model} on {gpu}: using --cost {spec}; ")
         return spec
     spec = f"roofline:{gpu}"
     say_once(f"{model}:{spec}", f"note: no calibration for {model} on {gpu}: passes are priced by the uncalibrated roofline"
@@ -344,7 +342,7 @@ def parse_cost(spec: str, model: str = "qwen2.5-1.5b", overhead_s: float = 3e-4)
         key = model_key(model)
         if source != key:
             cost = cost.projected_to_model(resolve_model(source), resolve_model(model), measured_on)
-            say_once(f"{source}/{name}->{key}", projection_note(source, name, key))
+            say_projection(source, name, key, model)
         if not at:
             return cost, measured_on
         return cost.projected(_gpu(spec, target), measured_on), _gpu(spec, target)
