@@ -32,7 +32,7 @@ import numpy as np
 from core import jsontext
 from core.atomic import write_together
 from core.cli import SEED_MAX, ArgumentParser, check_writable_dir, number, run_subcommand
-from core.config import resolve_model
+from core.config import PRESETS, resolve_model
 from core.roofline import get_gpu
 from core.runstore import RunStore
 
@@ -567,8 +567,10 @@ def run_main(argv: list[str]) -> int:
         from engine.provenance import resolve_device
         device = resolve_device(args.device)
         gpu = device.type == "cuda"
-        model = args.model or ("qwen2.5-1.5b" if gpu else "tiny")  # a preset or a config.json
-        resolve_model(model)  # (its error names --model)
+        model = args.model or ("qwen2.5-1.5b" if gpu else "tiny")
+        if model not in PRESETS:  # (the fit files a calibration under a preset's name)
+            raise ValueError(f"--model: unknown model preset {model!r}; calibrate run takes one of "
+                             f"{', '.join(PRESETS)} (a config.json's model cannot be calibrated yet)")
         results = args.results or REPO / ("results" if gpu else "out/results")
         check_writable_dir(results, "--results")
         if args.out is not None:

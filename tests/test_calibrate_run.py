@@ -120,7 +120,7 @@ def test_a_failing_step_is_one_error_line_naming_it_and_the_old_calibration_stay
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "gpt-5"], "--model gpt-5: unknown model preset"),
+    (["--model", "gpt-5"], "--model: unknown model preset 'gpt-5'"),
     (["--name", "a/b"], "argument --name: a calibration's name is a plain file name"),
     (["--device", "tpu"], "--device 'tpu': expected auto, cpu, cuda or cuda:N"),
 ])
