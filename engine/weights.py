@@ -170,7 +170,7 @@ def check_weights_fit(config: ModelConfig, dtype: torch.dtype, device: str | tor
     if device.type != "cuda":
         return
     free, total = torch.cuda.mem_get_info(device)
-    need = config.num_parameters * torch.empty((), dtype=dtype).element_size()
+    need = config.weight_bytes(torch.empty((), dtype=dtype).element_size())
     if need > free:
         raise ModelTooLarge(f"--model {config.name}: its weights take {need / 1e9:.1f} GB in {str(dtype)[6:]}, "
                             f"more than the {free / 1e9:.1f} GB free of the GPU's {total / 1e9:.1f} GB")
