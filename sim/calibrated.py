@@ -654,7 +654,7 @@ class CalibratedCost:
                              start_s=self.mixed["start_s"] * lr)
         out.host = replace(self.host, eager_launch_s=self.host.eager_launch_s * lr)
         if self.free_gib is not None:
-            moved = (target.weight_bytes_read_per_pass() - measured.weight_bytes_read_per_pass()) / GIB
+            moved = (target.weight_bytes() - measured.weight_bytes()) / GIB  # in memory: an untied embedding too
             out.free_gib = self.free_gib - moved
             if out.free_gib <= 0:
                 raise ValueError(f"{target.name}'s weights leave no memory for the KV cache on {self.gpu} "
