@@ -13,13 +13,13 @@
 #   azure1x   the trace's window AZURE_1X (default 1200:1380) at its own rate
 #   capacity  the window at the scales around the simulator's capacity answer (SCALES, default
 #             7,8,9,9.375,10,10.375,11), named azure-cap
-# Every part takes POLICIES (default continuous,chunked), REPLICAS (default 1) and, with 2 or more,
+# Every part takes MODEL (default qwen2.5-1.5b), POLICIES (default continuous,chunked), REPLICAS (default 1) and, with 2 or more,
 # ROUTERS (default round-robin,least-outstanding); CAP is each part's time cap in seconds (default 300).
 . "$(dirname "$0")/gpu_prelude.sh"
 POLICIES=${POLICIES:-continuous,chunked} REPLICAS=${REPLICAS:-1} CAP=${CAP:-300}
 WINDOW=${WINDOW:-1200:1520}
 served() {
-  local extra=(--policy "$POLICIES")
+  local extra=(--policy "$POLICIES" --model "${MODEL:-qwen2.5-1.5b}")
   [ "$REPLICAS" -gt 1 ] && extra+=(--replicas "$REPLICAS" --router "${ROUTERS:-round-robin,least-outstanding}")
   run "$CAP" python3 -m engine serve-trace --out "$R" "${extra[@]}" "$@"
 }

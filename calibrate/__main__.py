@@ -82,7 +82,7 @@ def sweep_main(argv: list[str]) -> int:
         from tqdm import tqdm
 
         from calibrate.sweep import (MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes, mixture_shapes,
-                                     quick_shapes, run_sweep)
+                                     quick_shapes, run_sweep, tokens_that_fit)
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -102,6 +102,10 @@ def sweep_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(source, dtype, device, seed=args.seed)
+        # the grid's batches hold up to 2,000,000 cached positions (57 GB for the 1.5B), fewer where the
+        # model's KV cache would not fit beside its weights (an 8B's 2,000,000 take 262 GB)
+        held = min(2_000_000, tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
+                                              torch.finfo(dtype).bits // 8)) if gpu else None
         if args.grid == "mixtures":
             shapes = mixture_shapes(max_batch, max_context, seed=args.seed)
             if not shapes:
@@ -110,8 +114,12 @@ def sweep_main(argv: list[str]) -> int:
         elif args.grid == "mixed":
             shapes = mixed_shapes(max_batch, max_context, seed=args.seed)
         else:
-            shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000,
+            shapes = default_shapes(max_batch, max_context, max_tokens_held=held or 20_000,
                                     seed=args.seed, max_pass_tokens=args.max_pass_tokens)
+        shapes = [s for s in shapes if held is None or s.tokens_held <= held]
+        if not shapes:
+            raise ValueError(f"--model {model.config.name}: no shape of the grid fits the {held:,} cached positions "
+                             "that the GPU's free memory holds beside the weights")
         if args.quick:
             if args.grid != "default":
                 raise ValueError(f"--quick reduces the default grid, not --grid {args.grid}")
@@ -166,13 +174,19 @@ def heat_main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=number(int, low=1), default=3, help="rounds over the sequences (default 3)")
     p.add_argument("--rest", type=number(float, low=0.0), default=1.5,
                    help="seconds idle before each sequence (default 1.5)")
+    p.add_argument("--scale", type=number(float, low=0.01, high=1.0), default=1.0,
+                   help="each sequence's pass counts times SCALE, at least one (default 1; `calibrate run` sets it "
+                        "so that a larger model's sequences last about as long as the 1.5B's: the heat is a "
+                        "matter of seconds of work, not of passes)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ on a CPU)")
     try:
         args = p.parse_args(argv)
         import os
 
         from calibrate.response import CPU_SHAPES, measure, segments, telemetry
-        from calibrate.sweep import blocks_needed, run_sweep
+        import torch
+
+        from calibrate.sweep import blocks_needed, run_sweep, tokens_that_fit
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -184,7 +198,15 @@ def heat_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(args.model or ("qwen2.5-1.5b" if gpu else "tiny"), parse_dtype(args.dtype), device)
-        plan = segments() if gpu else segments(0.02, **CPU_SHAPES)  # a CPU run is a smoke run: short, small
+        plan = segments(args.scale) if gpu else segments(0.02 * args.scale, **CPU_SHAPES)  # a CPU run: short, small
+        if gpu:  # (an 8B model's cache holds fewer positions than the largest decode batch's 1,048,576)
+            held = tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
+                                   torch.finfo(parse_dtype(args.dtype)).bits // 8)
+            left = [name for name, seg in plan if any(s.tokens_held > held for s in seg)]
+            plan = [(name, seg) for name, seg in plan if name not in left]
+            if left:
+                print(f"left out (more cached positions than the {held:,} that fit beside the weights): "
+                      + ", ".join(left), flush=True)
         shapes = sorted({s for _, seg in plan for s in seg}, key=lambda s: s.group)
         cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, parse_dtype(args.dtype), device)
         kernels = choose_kernels("triton" if gpu else "eager")
@@ -210,7 +232,7 @@ def heat_main(argv: list[str]) -> int:
             smi.wait()
     row = {"run_id": run_id, "engine": "continuous", "kind": "heat", "model": model.config.name, "weights": weights,
            "dtype": str(parse_dtype(args.dtype)).removeprefix("torch."), "device": device.type, "passes": len(passes),
-           "repeats": args.repeats, "rest_s": args.rest, "segments": marks, "wall_s": time.perf_counter() - wall,
+           "repeats": args.repeats, "rest_s": args.rest, "scale": args.scale, "segments": marks, "wall_s": time.perf_counter() - wall,
            **provenance(device)}
 
     def telemetry_beside(run_dir: Path) -> None:  # beside the passes, compressed, in the run's directory
@@ -589,6 +611,9 @@ def run_main(argv: list[str]) -> int:
     # (a heat run measures how a GPU's prompt work slows it: a CPU's is skipped, its fit takes the
     # heat from the sweep's own stream of passes)
     heat = common + (["--repeats", "1"] if args.quick else []) if gpu else None
+    scale = heat_scale(model) if gpu else 1.0
+    if scale < 1.0:
+        heat += ["--scale", f"{scale:.3g}"]
     print(estimate(model, sweep, heat, gpu), flush=True)
     store = RunStore(results / "calibration")
     before = {r["run_id"] for r in store.rows()}
@@ -698,13 +723,16 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
     for flag, kind in (("--repeats", int), ("--max-batch", int), ("--max-context", int), ("--rest", float)):
         sweep.add_argument(flag, type=kind, default=None)
     sweep.add_argument("--quick", action="store_true")
+    sweep.add_argument("--scale", type=float, default=1.0)
     s, _ = sweep.parse_known_args(sweep_argv)
     h, _ = sweep.parse_known_args(heat_argv or [])
-    max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, resolve_model(model).context_length)
-    shapes = default_shapes(max_batch, max_context, max_tokens_held=2_000_000 if gpu else 20_000)
+    config = resolve_model(model)
+    max_batch, max_context = s.max_batch or 1024, min(s.max_context or 16384, config.context_length)
+    held = held_on_h200(config) if gpu else 20_000
+    shapes = default_shapes(max_batch, max_context, max_tokens_held=held)
     shapes = quick_shapes(shapes, max_batch) if s.quick else shapes
     repeats, heat_repeats, rest = s.repeats or 3, h.repeats or 3, 1.5 if h.rest is None else h.rest
-    plan = segments() if gpu else segments(0.02, **CPU_SHAPES)
+    plan = heat_plan(h.scale, held) if gpu else segments(0.02, **CPU_SHAPES)
     head = (f"calibrate run: {model} on {'the GPU' if gpu else 'the CPU'}: sweep {len(shapes)} shapes x "
             f"({repeats} timed + 1 warm-up), " + (f"heat {len(plan)} sequences x {heat_repeats}" if heat_argv else
                                                   "no heat run (a GPU's)") + ", then the fit")
@@ -727,6 +755,34 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
             f"heat {heat_s / 60:.1f}, fit {fit_s / 60:.1f} (passes priced by the H200 calibration"
             + (f" projected to {model}" if cost.projected_from else "")
             + "; the fit's share depends on this host's CPU)")
+
+
+def held_on_h200(config) -> int:
+    """The cached positions that fit beside `config`'s fp16 weights on an H200 (the estimate's;
+    the steps measure the GPU's free memory)."""
+    from calibrate.sweep import tokens_that_fit
+    return min(2_000_000, tokens_that_fit(config, get_gpu("h200").memory_gb * 1e9 - config.weight_bytes(2) - 2**30))
+
+
+def heat_plan(scale: float, held: int) -> list:
+    """The heat run's sequences at `scale`, less those that hold more than `held` positions (as
+    `calibrate heat` leaves them out)."""
+    from calibrate.response import segments
+    return [(name, seg) for name, seg in segments(scale) if all(q.tokens_held <= held for q in seg)]
+
+
+def heat_scale(model: str) -> float:
+    """The heat run's scale for `model`: its sequences' pass counts cut so that they keep about
+    the 1.5B's busy time on the same GPU (at most 1), priced by the committed H200 calibration
+    projected to the model."""
+    base, config = "qwen2.5-1.5b", resolve_model(model)
+    if model == base:
+        return 1.0
+    held = held_on_h200(config)
+    costs = {m: priced_on(m, None) for m in (base, model)}
+    busy = {m: sum(costs[m].pass_time([n for _, n in q.seqs], [c for c, _ in q.seqs])
+                   for _, seg in heat_plan(1.0, held) for q in seg) for m in costs}
+    return min(1.0, busy[base] / busy[model])
 
 
 def cuda_card() -> tuple:

@@ -165,6 +165,37 @@ def test_the_estimate_prices_the_plan_on_the_card(monkeypatch):
     assert minutes("deep", common, common) > full
 
 
+def test_a_large_model_gets_a_grid_and_a_heat_run_that_fit_its_cache_and_keep_the_heat_runs_length(
+        tmp_path, monkeypatch, capsys):
+    """An 8B model's KV cache takes 131 kB a position: the grid's 2,000,000-position batches (262 GB)
+    and the heat run's 512 x 2,048 decode batch are left out on an H200, and its heat sequences are
+    cut to about the 1.5B's busy time (a 4,096-token prompt pass takes about five times as long)."""
+    from calibrate.response import segments
+    from calibrate.sweep import default_shapes, tokens_that_fit
+    from core.config import resolve_model
+    big, small = resolve_model("llama-3.1-8b"), resolve_model("qwen2.5-1.5b")
+    held = cli.held_on_h200(big)
+    assert held == tokens_that_fit(big, 141e9 - big.weight_bytes(2) - 2**30) and 500_000 < held < 1_000_000
+    assert cli.held_on_h200(small) == 2_000_000
+    assert len(default_shapes(1024, 16384, held)) < len(default_shapes(1024, 16384, 2_000_000))
+    names = {name for name, _ in cli.heat_plan(1.0, held)}
+    assert "after 30, b512 c2048" not in names and len(names) == len(segments()) - 1
+    scale = cli.heat_scale("llama-3.1-8b")
+    assert 0.1 < scale < 0.5 and cli.heat_scale("qwen2.5-1.5b") == 1.0
+    import torch
+
+    import engine.provenance
+    monkeypatch.setattr(engine.provenance, "resolve_device", lambda name: torch.device("cuda"))  # (no CUDA touched)
+    monkeypatch.setattr(cli, "cuda_card", lambda: (get_gpu("h200"), "NVIDIA H200"))
+    steps = Steps()
+    monkeypatch.setattr(cli, "run_step", steps)
+    assert cli.main(["run", "--model", "llama-3.1-8b", "--results", str(tmp_path / "r"),
+                     "--out", str(tmp_path / "c")]) == 0
+    heat = steps.calls[1][1]
+    assert steps.calls[1][0] == "heat" and float(heat[heat.index("--scale") + 1]) == pytest.approx(scale, rel=1e-2)
+    assert "heat 18 sequences" in capsys.readouterr().out.splitlines()[0]
+
+
 @pytest.mark.slow
 def test_a_whole_quick_run_on_the_cpu(tmp_path, capsys):
     """The real thing with the tiny model on the CPU: the sweep and the fit each in its own process
