@@ -203,9 +203,10 @@ def blocks_needed(shape: Shape, block_size: int) -> int:
     return sum(-(-(c + n) // block_size) for c, n in shape.seqs)
 
 
-def tokens_that_fit(config, free_bytes: float, dtype_bytes: int = 2, reserve_bytes: float = 8 * 2**30) -> int:
+def tokens_that_fit(config, free_bytes: float, dtype_bytes: int = 2, reserve_bytes: float = 20 * 2**30) -> int:
     """How many cached token positions `free_bytes` of device memory hold beside `reserve_bytes` for
-    activations, CUDA graphs and the cuBLAS workspace (the serving engine's reserve): the grid's
+    activations, CUDA graphs and the cuBLAS workspace (an 8B model's 32,768-token passes and graphs ran
+    out of memory on an H200 beside 8 GiB): the grid's
     `max_tokens_held` for a model whose KV cache is large (an 8B model's 2,000,000 positions take
     262 GB)."""
     return max(0, int((free_bytes - reserve_bytes) // config.kv_bytes_per_token(dtype_bytes)))
