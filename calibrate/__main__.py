@@ -13,7 +13,7 @@ sweep's own pass stream), fits on part of the shape grid, reports the error on t
 again on all of it, replays the open runs' pass logs (results/continuous) through the model, and
 writes the calibration to OUT/<model>/NAME.json (--out, default the user's calibrations folder,
 $LLMSIM_CALIBRATIONS or ~/.local/share/llm-serving-sim/calibrations, where `--cost calibrated:NAME`
-finds it) and NAME-errors.csv and the residual charts beside the sweep, the calibration and its
+finds it) and MODEL-NAME-errors.csv and the residual charts beside the sweep, the calibration and its
 errors as one set.
 """
 from __future__ import annotations
@@ -423,8 +423,9 @@ def fit_main(argv: list[str]) -> int:
     doc["replays"] = replay_runs(results, CalibratedCost(doc), row["gpu"], row["model"], only)
     import pandas as pd
     errors_csv = pd.DataFrame([e.__dict__ for e in errors]).to_csv(index=False)
-    write_together({store.root / f"{name}-errors.csv": errors_csv, out: jsontext.dumps(doc, indent=1) + "\n"}, last=out)
-    print(f"wrote {out} (--cost calibrated:{name} with --model {row['model']}) and {store.root / f'{name}-errors.csv'}")
+    stem = f"{row['model']}-{name}"  # (one folder of sweeps holds several models' fits: MODEL-NAME-errors.csv)
+    write_together({store.root / f"{stem}-errors.csv": errors_csv, out: jsontext.dumps(doc, indent=1) + "\n"}, last=out)
+    print(f"wrote {out} (--cost calibrated:{name} with --model {row['model']}) and {store.root / f'{stem}-errors.csv'}")
     print(f"sweep {row['run_id']} on {row['gpu']}: {len(passes)} passes, {len(train)} fitted for the held-out "
           f"error, then all {len(passes)} for the parameters")
     print("parameters (all passes):\n" + format_params(params))
@@ -461,7 +462,7 @@ def fit_main(argv: list[str]) -> int:
                  if r.get("extrapolated") else ""))
     if not args.no_charts:
         from calibrate.charts import residual_charts
-        for path in residual_charts(passes, predicted_train, split, store.root, name):
+        for path in residual_charts(passes, predicted_train, split, store.root, stem):
             print(f"chart: {path}")
     print(f"written {out}")
     return 0
@@ -572,7 +573,7 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("--model", default=None, help="model preset (default qwen2.5-1.5b on a GPU, tiny on a CPU)")
     p.add_argument("--quick", action="store_true",
                    help="a reduced grid: the sweep's --quick shapes (a third) timed twice, the heat's sequences "
-                        "once (about a third of the full run's time; a coarser table of decode graph times)")
+                        "once, not twice (about half the full run's time; a coarser table of decode graph times)")
     p.add_argument("--device", default="auto", help="auto (a GPU when torch sees one), cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, help="the engine's dtype (default float16 on a GPU, float32 on a CPU)")
     p.add_argument("--results", type=Path, default=None,
@@ -610,7 +611,9 @@ def run_main(argv: list[str]) -> int:
     sweep = common + (["--quick"] if args.quick else []) + repeats + (fits if gpu else CPU_GRID)
     # (a heat run measures how a GPU's prompt work slows it: a CPU's is skipped, its fit takes the
     # heat from the sweep's own stream of passes)
-    heat = common + (["--repeats", "1"] if args.quick else []) if gpu else None
+    # (two rounds of the heat's sequences, not `calibrate heat`'s three: the 8B's calibration was fitted
+    # on two, and with them an 8B's run is under 10 minutes on an H200)
+    heat = common + ["--repeats", "1" if args.quick else "2"] if gpu else None
     scale = heat_scale(model) if gpu else 1.0
     if scale < 1.0:
         heat += ["--scale", f"{scale:.3g}"]
@@ -814,7 +817,7 @@ COMMANDS = {"sweep": ("on a GPU: time the engine's passes over a grid of shapes 
             "heat": ("on a GPU: how prompt work slows the passes after it (a heat run under OUT/calibration/)",
                      heat_main),
             "fit": ("fit the simulator's cost model on a sweep: the calibration where the simulator finds it, "
-                    "NAME-errors.csv and charts beside the sweep", fit_main),
+                    "MODEL-NAME-errors.csv and charts beside the sweep", fit_main),
             "run": ("sweep, heat and fit in one command, each in its own process, for --model on this GPU; "
                     "the held-out error at the end (--quick: a reduced grid)", run_main)}
 

@@ -140,7 +140,8 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
     assert decode["big"]["spread_s"] == 0.0
     assert doc["format"] == FORMAT and doc["sweep"] == "sweep-x" and doc["engine_commit"] == "abc"
     assert {e["kind"] for e in doc["error"]} == {"decode", "prefill", "mixed"}
-    assert (store.root / "h200-errors.csv").exists() and (store.root / "h200-residuals.png").stat().st_size > 1000
+    stem = f"{MODEL.name}-h200"
+    assert (store.root / f"{stem}-errors.csv").exists() and (store.root / f"{stem}-residuals.png").stat().st_size > 1000
     cost, gpu = parse_cost("calibrated:h200")
     assert gpu.name == "NVIDIA H200"
     assert cost.pass_time([1], [500]) == pytest.approx(CalibratedCost(doc).pass_time([1], [500]))
@@ -190,7 +191,7 @@ def test_a_fit_that_fails_while_writing_leaves_the_old_calibration_and_errors_wh
                                                                                      monkeypatch):
     write_sweep(tmp_path, synthetic_passes(noise=0.005, repeats=1))
     old = user_calibrations / MODEL.name / "h200.json"
-    errors = tmp_path / "calibration" / "h200-errors.csv"
+    errors = tmp_path / "calibration" / f"{MODEL.name}-h200-errors.csv"
     old.parent.mkdir(parents=True)
     old.write_text('{"old": 1}\n')
     errors.write_text("old errors\n")
