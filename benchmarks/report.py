@@ -26,12 +26,13 @@ from core.roofline import get_gpu  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 
 
-def load(results: Path) -> dict[str, dict]:
-    """device name -> (engine, mode, prompt, batch) -> list of ok rows."""
+def load(results: Path, model: str = "qwen2.5-1.5b") -> dict[str, dict]:
+    """device name -> (engine, mode, prompt, batch) -> list of ok rows of `model`."""
     groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for f in sorted(results.glob("*/runs.jsonl")):
         for r in RunStore(f.parent).rows():
-            if r.get("status") == "ok" and "prompt" in r:  # open runs and sweeps have no prompt
+            # (open runs and sweeps have no prompt; rows from before the model was recorded are the 1.5B's)
+            if r.get("status") == "ok" and "prompt" in r and r.get("model", "qwen2.5-1.5b") == model:
                 groups[r["gpu"]][(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
     return groups
 
@@ -58,8 +59,8 @@ def prefill_work(model, row: dict) -> tuple[float, float]:
     return model.prefill_flops(row["prompt_tokens"]), model.weight_bytes_read_per_pass()
 
 
-def table(groups: dict, gpu_name: str) -> str:
-    model, gpu = get_preset("qwen2.5-1.5b"), get_gpu(gpu_name)
+def table(groups: dict, gpu_name: str, model_name: str = "qwen2.5-1.5b") -> str:
+    model, gpu = get_preset(model_name), get_gpu(gpu_name)
     weights, kv = model.weight_bytes_read_per_pass(), model.kv_bytes_per_token()
     hf = {(p, b): rows for (e, _, p, b), rows in groups.items() if e == "hf"}
     out = ["| engine | mode | case | ms | tok/s | achieved | % of floor | Hugging Face |",
@@ -111,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(ROOT / "results"), help="results directory (default results/)")
     ap.add_argument("--gpu-spec", default="h200", help="GPU preset for the floors (default h200)")
     ap.add_argument("--device", default=None, help="only rows measured on this device (as the rows name it)")
+    ap.add_argument("--model", default="qwen2.5-1.5b", help="the model whose rows to report (default qwen2.5-1.5b)")
     args = ap.parse_args(argv)
-    groups = load(Path(args.results))
+    groups = load(Path(args.results), args.model)
     devices = measured_on(groups, args.device)
     if not devices:
         print(f"error: no rows{' measured on ' + args.device if args.device else ' measured on a GPU'} under "
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for device in devices:
         if len(devices) > 1:
             print(f"\n### {device}\n")
-        print(table(groups[device], args.gpu_spec))
+        print(table(groups[device], args.gpu_spec, args.model))
     return 0
 
 
