@@ -115,11 +115,11 @@ def trace_csv(tmp_path):
 
 def test_sim_runs_a_new_preset_and_a_config_json_by_the_roofline_saying_so(trace_csv, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sim.cost._said", set())
-    cfg = tmp_path / "Llama-3.1-8B" / "config.json"
+    cfg = tmp_path / "Qwen3-8B" / "config.json"  # (a preset without a calibration of its own)
     cfg.parent.mkdir()
-    cfg.write_text(json.dumps(LLAMA_31_8B))
+    cfg.write_text(json.dumps(QWEN3_8B))
     outs = []
-    for i, model in enumerate(("llama-3.1-8b", str(cfg))):
+    for i, model in enumerate(("qwen3-8b", str(cfg))):
         assert sim_main(["run", "--trace", str(trace_csv), "--model", model, "--pass-log", "off",
                          "--out", str(tmp_path / f"out{i}")]) == 0
         captured = capsys.readouterr()
