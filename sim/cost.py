@@ -251,7 +251,8 @@ def say_projection(source: str, name: str, model: str, given: str, first: str = 
     say_once(f"{source}/{name}->{model}",
              f"note: {first}{model}'s passes are priced by {source}'s {name} calibration projected by the two "
              f"models' roofline terms (weight bytes, KV bytes and FLOPs per token, layers): a projection, "
-             f"uncalibrated for {model} (its error not yet measured against a model's own calibration); "
+             f"uncalibrated for {model} (Qwen2.5-1.5B's projected to Llama-3.1-8B on an H200 was 5% off on batched "
+             f"decode, 13% on batch 1, 11% on mixed passes); "
              f"calibrate {model} with `python -m calibrate run --model {given}`")
 
 
