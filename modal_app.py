@@ -17,7 +17,7 @@ engine serve-trace` (open runs of the continuous engine), `calibrate` is `python
 runs come back into results/calibration/ and the calibration into your calibrations folder
 ($LLMSIM_CALIBRATIONS, else ~/.local/share/llm-serving-sim/calibrations), where `python -m sim run
 --model MODEL --cost calibrated:NAME` finds it. The fit there has no open runs of the card, so it
-measures no host time; after `arrivals` on the same card, `python -m calibrate fit --gpu GPU
+measures no host time; after `arrivals` on the same card, `python -m calibrate fit --model MODEL --gpu GPU
 --schedule --mixed --serving-heat` here refits on the pulled-back sweep with them (the committed
 H200 calibration's form). The function writes under a directory per invocation on the Modal volume
 `llm-serving-sim-results`; the local entrypoint pulls that directory back and adds its runs to

@@ -263,7 +263,8 @@ def fit_main(argv: list[str]) -> int:
 
     p = ArgumentParser(prog="python -m calibrate fit", description="Fit the cost model to a sweep's passes.")
     p.add_argument("--results", default=str(REPO / "results"), help="where the sweep and the open runs are")
-    p.add_argument("--sweep", default="latest", help="the sweep's run id (default: the latest under RESULTS)")
+    p.add_argument("--sweep", default="latest",
+                   help="the sweep's run id (default: the latest under RESULTS, of --model where it is given)")
     p.add_argument("--name", type=calibration_name, default=None,
                    help="the calibration's name (default: the GPU's, e.g. h200): --cost calibrated:NAME")
     p.add_argument("--out", type=Path, default=None,
@@ -304,7 +305,13 @@ def fit_main(argv: list[str]) -> int:
         if not sweeps:
             raise ValueError(f"no sweep under {store.root}: run `python -m calibrate sweep` on a GPU first")
         check_writable_dir(store.root, "--results")  # the calibration is written beside its sweep
-        row = sweeps[-1] if args.sweep == "latest" else next((r for r in sweeps if r["run_id"] == args.sweep), None)
+        if args.sweep == "latest":  # (of --model, where it is given: one folder holds several models' sweeps)
+            mine = [r for r in sweeps if not args.model or r.get("model") == args.model]
+            if not mine:
+                raise ValueError(f"no sweep of --model {args.model} under {store.root}")
+            row = mine[-1]
+        else:
+            row = next((r for r in sweeps if r["run_id"] == args.sweep), None)
         if row is None:
             raise ValueError(f"--sweep {args.sweep!r}: no such sweep under {store.root}")
         missing = [k for k in SWEEP_FIELDS if k not in row]

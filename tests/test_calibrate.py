@@ -151,7 +151,8 @@ def test_fit_writes_a_calibration_the_simulator_loads(tmp_path, capsys, monkeypa
 
 @pytest.mark.parametrize("row, args, message", [
     ({"engine": "batched"}, [], "timed the 'batched' engine"),
-    ({}, ["--model", "tiny"], "timed 'qwen2.5-1.5b', not --model 'tiny'"),
+    ({}, ["--model", "tiny"], "no sweep of --model tiny"),
+    ({}, ["--sweep", "sweep-x", "--model", "tiny"], "timed 'qwen2.5-1.5b', not --model 'tiny'"),
     ({}, ["--gpu", "a10"], "ran on 'NVIDIA H200', not --gpu a10"),
     ({}, ["--sweep", "sweep-y"], "no such sweep"),
     ({}, ["--spread"], "--spread: no `calibrate sweep --grid mixtures` run of qwen2.5-1.5b on NVIDIA H200"),
@@ -161,6 +162,18 @@ def test_a_pass_log_from_another_engine_model_or_gpu_is_refused(tmp_path, capsys
     write_sweep(tmp_path, synthetic_passes(), **row)
     assert main(["fit", "--results", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_latest_sweep_is_the_latest_of_the_model_asked_for(tmp_path, capsys):
+    """One folder holds several models' sweeps: `--model` picks that model's latest, not a later
+    sweep of another model (the 8B's sweep came after the 1.5B's)."""
+    store = write_sweep(tmp_path, synthetic_passes())
+    store.append_row({"run_id": "sweep-8b", "engine": "continuous", "kind": "sweep", "model": "llama-3.1-8b",
+                      "gpu": "NVIDIA H200"})
+    assert main(["fit", "--results", str(tmp_path), "--serving-heat"]) == 2
+    assert "sweep 'sweep-8b' lacks" in capsys.readouterr().err
+    assert main(["fit", "--results", str(tmp_path), "--model", MODEL.name, "--serving-heat"]) == 2
+    assert "--serving-heat: no open runs' passes" in capsys.readouterr().err  # (past the sweep's checks)
 
 
 def with_duration(passes, i, duration):
