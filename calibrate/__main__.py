@@ -81,8 +81,8 @@ def sweep_main(argv: list[str]) -> int:
         import torch
         from tqdm import tqdm
 
-        from calibrate.sweep import (MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes, mixture_shapes,
-                                     quick_shapes, run_sweep, tokens_that_fit)
+        from calibrate.sweep import (GRID_TOKENS_HELD, MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes,
+                                     mixture_shapes, quick_shapes, run_sweep, tokens_that_fit)
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -102,10 +102,10 @@ def sweep_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(source, dtype, device, seed=args.seed)
-        # the grid's batches hold up to 2,000,000 cached positions (57 GB for the 1.5B), fewer where the
-        # model's KV cache would not fit beside its weights (an 8B's 2,000,000 take 262 GB)
-        held = min(2_000_000, tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
-                                              torch.finfo(dtype).bits // 8)) if gpu else None
+        # the grid's batches hold up to GRID_TOKENS_HELD cached positions (57 GB for the 1.5B), fewer where
+        # the model's KV cache would not fit beside its weights (an 8B's 2,000,000 take 262 GB)
+        held = tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
+                               torch.finfo(dtype).bits // 8) if gpu else None
         if args.grid == "mixtures":
             shapes = mixture_shapes(max_batch, max_context, seed=args.seed)
             if not shapes:
@@ -114,7 +114,7 @@ def sweep_main(argv: list[str]) -> int:
         elif args.grid == "mixed":
             shapes = mixed_shapes(max_batch, max_context, seed=args.seed)
         else:
-            shapes = default_shapes(max_batch, max_context, max_tokens_held=held or 20_000,
+            shapes = default_shapes(max_batch, max_context, max_tokens_held=GRID_TOKENS_HELD if gpu else 20_000,
                                     seed=args.seed, max_pass_tokens=args.max_pass_tokens)
         shapes = [s for s in shapes if held is None or s.tokens_held <= held]
         if not shapes:
@@ -198,15 +198,16 @@ def heat_main(argv: list[str]) -> int:
         out = Path(args.out) if args.out else REPO / ("results" if gpu else "out/results")
         check_writable_dir(out)
         model, weights = load_model(args.model or ("qwen2.5-1.5b" if gpu else "tiny"), parse_dtype(args.dtype), device)
-        plan = segments(args.scale) if gpu else segments(0.02 * args.scale, **CPU_SHAPES)  # a CPU run: short, small
         if gpu:  # (an 8B model's cache holds fewer positions than the largest decode batch's 1,048,576)
             held = tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
                                    torch.finfo(parse_dtype(args.dtype)).bits // 8)
-            left = [name for name, seg in plan if any(s.tokens_held > held for s in seg)]
-            plan = [(name, seg) for name, seg in plan if name not in left]
+            plan = heat_plan(args.scale, held)
+            left = [name for name, _ in segments(args.scale) if name not in dict(plan)]
             if left:
                 print(f"left out (more cached positions than the {held:,} that fit beside the weights): "
                       + ", ".join(left), flush=True)
+        else:  # a CPU run is a smoke run: short, small
+            plan = segments(0.02 * args.scale, **CPU_SHAPES)
         shapes = sorted({s for _, seg in plan for s in seg}, key=lambda s: s.group)
         cache = PagedKVCache(model.config, max(blocks_needed(s, 16) for s in shapes), 16, parse_dtype(args.dtype), device)
         kernels = choose_kernels("triton" if gpu else "eager")
@@ -770,8 +771,8 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
 def held_on_h200(config) -> int:
     """The cached positions that fit beside `config`'s fp16 weights on an H200 (the estimate's;
     the steps measure the GPU's free memory)."""
-    from calibrate.sweep import tokens_that_fit
-    return min(2_000_000, tokens_that_fit(config, get_gpu("h200").memory_gb * 1e9 - config.weight_bytes(2) - 2**30))
+    from calibrate.sweep import GRID_TOKENS_HELD, tokens_that_fit
+    return min(GRID_TOKENS_HELD, tokens_that_fit(config, get_gpu("h200").memory_gb * 1e9 - config.weight_bytes(2) - 2**30))
 
 
 def heat_plan(scale: float, held: int) -> list:

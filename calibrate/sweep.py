@@ -55,7 +55,10 @@ def log_contexts(rng: random.Random, n: int, low: int, high: int) -> list[int]:
     return [int(round(np.exp(rng.uniform(np.log(low), np.log(high))))) for _ in range(n)]
 
 
-def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_held: int = 2_000_000,
+GRID_TOKENS_HELD = 2_000_000  # the grid's largest batches' cached positions (57 GB of the 1.5B's KV cache)
+
+
+def default_shapes(max_batch: int = 256, max_context: int = 16384, max_tokens_held: int = GRID_TOKENS_HELD,
                    seed: int = 0, max_pass_tokens: int = 32_768) -> list[Shape]:
     """The sweep's grid (a few hundred shapes): decode, prefill, mixed; passes of up to
     `max_pass_tokens` tokens (32,768, the engine's default max_num_batched_tokens: closed batches'
