@@ -1,5 +1,5 @@
-"""Residual charts of a fit (altair: HTML and PNG): predicted over measured pass time, against
-the pass's size, per kind, fitted and held-out shapes apart."""
+"""Residual charts of a fit (altair: HTML, and PNG where vl-convert renders it): predicted over
+measured pass time, against the pass's size, per kind, fitted and held-out shapes apart."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +12,8 @@ from sim.html import chart_page
 
 
 def residual_charts(passes, predicted, split, out: Path, name: str) -> list[Path]:
+    """The charts' files written: the HTML page, and the PNG beside it unless it cannot be rendered
+    (vl-convert missing or failing: said on stdout; the fit, already written, does not fail for it)."""
     import altair as alt
 
     df = pd.DataFrame({"kind": [p.kind for p in passes], "group": [group_of(p) for p in passes],
@@ -39,5 +41,10 @@ def residual_charts(passes, predicted, split, out: Path, name: str) -> list[Path
         title=f"{name}: the cost model against the timed passes (held-out: shapes the fit did not see)")
     paths = [out / f"{name}-residuals.html", out / f"{name}-residuals.png"]
     write_text(paths[0], chart_page(chart, f"{name}: residuals"))
-    chart.save(str(paths[1]), ppi=100)
+    try:
+        chart.save(str(paths[1]), ppi=100)
+    except (ImportError, ValueError, RuntimeError) as e:  # altair: ValueError when vl-convert is not installed
+        print(f"note: {paths[1].name} not drawn ({str(e).splitlines()[0][:160]}); the HTML page has the charts")
+        paths[1].unlink(missing_ok=True)
+        return paths[:1]
     return paths

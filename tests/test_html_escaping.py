@@ -91,3 +91,23 @@ def test_the_residual_charts_page_escapes_the_calibrations_name(tmp_path):
     script, = page.scripts
     spec, _ = json.JSONDecoder().raw_decode(script[script.index("vegaEmbed(\"#vis\", ") + len("vegaEmbed(\"#vis\", "):])
     assert spec["title"].startswith(f"{name}: the cost model")
+
+
+def test_the_residual_charts_keep_their_html_when_no_png_can_be_rendered(tmp_path, monkeypatch, capsys):
+    """A calibration run on a machine without vl-convert (the fit has written its calibration by
+    then): the HTML page, no PNG, one note; not a traceback that fails the run."""
+    import altair as alt
+
+    from calibrate.charts import residual_charts
+    from core.records import PassRecord
+
+    def no_png(self, fp, **kw):
+        if str(fp).endswith(".png"):
+            raise ValueError("Saving charts in 'png' format requires the vl-convert-python package: see ...")
+    monkeypatch.setattr(alt.TopLevelMixin, "save", no_png)
+    passes = [PassRecord(run_id="r", engine="continuous", step=0, kind="decode", new_tokens=[1], context_lens=[9],
+                         start_s=0.0, duration_s=0.01)]
+    paths = residual_charts(passes, [0.011], ["fit"], tmp_path, "h200")
+    assert paths == [tmp_path / "h200-residuals.html"] and paths[0].exists()
+    assert not (tmp_path / "h200-residuals.png").exists()
+    assert "h200-residuals.png not drawn (Saving charts in 'png' format requires the vl-convert" in capsys.readouterr().out
