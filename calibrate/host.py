@@ -12,7 +12,10 @@ records under results/ (one replica, overlap on):
   first pass) of (end - planned - predicted): planned at 0, the cost
   model's `predicted` GPU time; what is left is the host's planning, the launch the GPU waited
   for, and a cold GPU's first kernels. Passes past 8,192 tokens (no CUDA graph, where the cost
-  model itself is off by 10% and more) are left out.
+  model itself is off by 10% and more) are left out. It is never less than the median time from
+  planned to the pass's start, which the logs show the host took: where first passes are long
+  (an 8B model's prompts take tens of ms), the cost model's own error on them (a few percent) can
+  outweigh the host's part and leave the median below that, even below 0.
 - wake_s: the same median over passes an open run's engine planned after sleeping (a request
   arrived after the previous pass ended and before this one began), planned at that arrival,
   less max(fixed_s, per_token_s * tokens).
@@ -52,6 +55,7 @@ class IdleStart:
     host_s: float       # logged planning time
     late_s: float       # end - planned - predicted
     woke: bool          # the engine slept before planning it
+    started_s: float = 0.0  # start - planned: the host's time before the GPU began the pass
 
 
 def idle_starts(rows_passes_requests, cost) -> list[IdleStart]:
@@ -76,8 +80,14 @@ def idle_starts(rows_passes_requests, cost) -> list[IdleStart]:
                 planned, woke = float(arrivals[j]), True
             tokens = sum(p.new_tokens)
             late = ends[i] - planned - cost.pass_time(p.new_tokens, p.context_lens)
-            out.append(IdleStart(tokens, p.host_s, float(late), woke))
+            out.append(IdleStart(tokens, p.host_s, float(late), woke, float(starts[i] - planned)))
     return out
+
+
+def fixed_time(cold: list[IdleStart]) -> float:
+    """fixed_s from the first passes: the median of end - planned - predicted, but no less than
+    the median of start - planned (the host's own time before the GPU began, in the logs)."""
+    return max(float(np.median([s.late_s for s in cold])), float(np.median([s.started_s for s in cold])))
 
 
 def takes_in_a_prompt(p) -> bool:
@@ -137,10 +147,10 @@ def measure(results: Path, cost, gpu: str, model: str, only: dict | None = None)
     host = np.array([s.host_s for s in starts])
     per_token = float(np.polyfit(tokens, host, 1)[0])
     small = [s for s in starts if s.tokens <= MAX_GRAPH_TOKENS]
-    cold = [s.late_s for s in small if not s.woke]
+    cold = [s for s in small if not s.woke]
     if not cold or not any(s.woke for s in small):
         raise ValueError("need both first passes and passes after a sleep to measure fixed_s and wake_s")
-    fixed = float(np.median(cold))
+    fixed = fixed_time(cold)
     woke = [s.late_s - max(fixed, per_token * s.tokens) for s in small if s.woke]
     wake = max(0.0, float(np.median(woke)))
     points = joins(runs)

@@ -1,7 +1,7 @@
 """calibrate/host.py: which passes count as starts on an idle engine, by hand-built pass logs."""
 import pytest
 
-from calibrate.host import idle_starts
+from calibrate.host import IdleStart, fixed_time, idle_starts
 from core.records import PassRecord, RequestRecord
 from sim.cost import ConstantCost
 
@@ -24,3 +24,14 @@ def test_a_pass_after_an_arrival_is_an_idle_start_only_if_it_takes_the_prompt_in
     assert [(s.tokens, s.woke) for s in starts] == [(64, False), (32, True)]
     # late: from when it was planned (0, the arrival) to its end, less its price
     assert [s.late_s for s in starts] == pytest.approx([0.0005, 0.0010])
+    assert [s.started_s for s in starts] == pytest.approx([0.0005, 0.0010])  # from planned to its start
+
+
+def test_fixed_host_time_is_the_first_passes_lateness_but_never_less_than_the_host_logged():
+    """An 8B model's first passes (tens of ms) priced a few percent long leave end - planned -
+    predicted below 0; the host still took the time before the GPU started."""
+    short = [IdleStart(256, 1e-4, late, False, 2e-4) for late in (6e-4, 7e-4, 8e-4)]
+    assert fixed_time(short) == pytest.approx(7e-4)
+    long = [IdleStart(1024, 1e-4, late, False, started) for late, started in ((-1.2e-3, 2e-4), (-0.9e-3, 2.5e-4),
+                                                                            (-1.1e-3, 1.5e-4))]
+    assert fixed_time(long) == pytest.approx(2e-4)
