@@ -6,7 +6,7 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 
 - `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
   operations folded in (`engine.kernels.gemv`) and the attention.
-- `decode_small`: batches of 2 up to `small_max` (none by default: `SMALL_MAX`), the same five kernels a layer
+- `decode_small`: batches of 2 up to `small_max` (8 by default: `SMALL_MAX`), the same five kernels a layer
   for M rows at once (`engine.kernels.small_m`), each weight tile read once for all rows.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
@@ -35,17 +35,15 @@ from engine.kernels.elementwise import rmsnorm, rope_and_cache, rope_and_paged_c
 from engine.model import DenseKVCache, Qwen2
 
 
-# The small-batch kernels' default tiles: (rows per program, input tile width, warps, splits, stages).
-# Not yet measured: chosen so that each kernel of Qwen2.5-1.5B launches 128 programs or more (the
-# H200 has 132 SMs) with weight tiles of at least as many rows as the 16 padded activation rows;
-# benchmarks/profile_decode.py --small sweeps them.
-# Batches 2..SMALL_MAX decode on the small-batch kernels by default. 1 (none) until the kernels are
-# measured on a GPU against the cuBLAS path (benchmarks/profile_decode.py --small); until then
-# `python -m engine bench --small-batch-max 16` (or small_max=16) asks for them.
-SMALL_MAX = 1
+# The small-batch kernels' tiles: (rows per program, input tile width, warps, splits, pipeline stages),
+# the one set `benchmarks/profile_decode.py --small` found best over batches 2..16 on an H200 at the
+# 1.5B's widths (results/README.md). Batches 2..SMALL_MAX decode on them by default: the decode step
+# with PDL took 0.91x the cuBLAS path's at batch 2, 0.93x at 4, 0.97x at 8, and 1.03x at 16 (slower),
+# in one run; `python -m engine bench --small-batch-max N` (or small_max=N) moves the bound, 1 for none.
+SMALL_MAX = 8
 
-SMALL_TILES = {"qkv": (16, 128, 4, 2, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
-               "down": (32, 128, 4, 4, 3), "lm_head": (128, 128, 4, 1, 3)}
+SMALL_TILES = {"qkv": (32, 256, 4, 4, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
+               "down": (32, 128, 4, 8, 3), "lm_head": (128, 128, 8, 1, 3)}
 
 
 class FastPath:
