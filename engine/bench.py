@@ -214,8 +214,8 @@ def build_parser() -> ArgumentParser:
                    help="replay decode passes as CUDA graphs (auto: on when on a GPU)")
     p.add_argument("--small-batch-max", type=number(int, low=1, high=16), default=None, metavar="N",
                    help="decode batches 2..N on the small-batch fused kernels (engine/kernels/small_m.py; "
-                        "at most 16; 1: none, cuBLAS with small kernels between); default 8, where they "
-                        "measured faster on an H200 (engine.fast_path.SMALL_MAX)")
+                        "at most 16; 1: none, cuBLAS with small kernels between); default 8 at Qwen2.5-1.5B's "
+                        "widths, where they measured faster on an H200, else 1 (engine.fast_path.SMALL_MAX)")
     p.add_argument("--seed", type=number(int, low=0, high=SEED_MAX), default=0,
                    help="seed of the random weights (default 0)")
     p.add_argument("--out", default=None, help="results directory (default results/ on a GPU, out/results/ "

@@ -6,7 +6,7 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 
 - `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
   operations folded in (`engine.kernels.gemv`) and the attention.
-- `decode_small`: batches of 2 up to `small_max` (8 by default: `SMALL_MAX`), the same five kernels a layer
+- `decode_small`: batches of 2 up to `small_max` (by default 8 at the 1.5B's widths, else none: `SMALL_MAX`), the same five kernels a layer
   for M rows at once (`engine.kernels.small_m`), each weight tile read once for all rows.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
@@ -37,10 +37,13 @@ from engine.model import DenseKVCache, Qwen2
 
 # The small-batch kernels' tiles: (rows per program, input tile width, warps, splits, pipeline stages),
 # the one set `benchmarks/profile_decode.py --small` found best over batches 2..16 on an H200 at the
-# 1.5B's widths (results/README.md). Batches 2..SMALL_MAX decode on them by default: the decode step
-# with PDL took 0.91x the cuBLAS path's at batch 2, 0.93x at 4, 0.97x at 8, and 1.03x at 16 (slower),
-# in one run; `python -m engine bench --small-batch-max N` (or small_max=N) moves the bound, 1 for none.
-SMALL_MAX = 8
+# 1.5B's widths (results/small-batch). Decode batches 2..SMALL_MAX[hidden size] run on them by default,
+# only at the widths where they were measured faster: at the 1.5B's (1536) the step with PDL took
+# 0.91x the cuBLAS path's at batch 2, 0.93x at 4, 0.97x at 8, and 1.03x at 16 (slower), in one run.
+# At an 8B's widths cuBLAS already reads the weights at 77-79% of the bandwidth at batches 2-16: other
+# widths stay on cuBLAS until measured. `python -m engine bench --small-batch-max N` (or small_max=N)
+# sets the bound for any model, 1 for none.
+SMALL_MAX = {1536: 8}
 
 SMALL_TILES = {"qkv": (32, 256, 4, 4, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
                "down": (32, 128, 4, 8, 3), "lm_head": (128, 128, 8, 1, 3)}
@@ -81,7 +84,8 @@ class FastPath:
         # small-batch kernel (engine.kernels.small_m); benchmarks/profile_decode.py --small sweeps them.
         self.small_tiles = dict(SMALL_TILES)
         self.small_tiles.update(small_tiles or {})
-        self.small_max = SMALL_MAX if small_max is None else small_max  # batches 2..small_max: small-batch kernels
+        # batches 2..small_max: small-batch kernels
+        self.small_max = SMALL_MAX.get(c.hidden_size, 1) if small_max is None else small_max
         self.workspace = S.Workspace()
         self.pdl = pdl  # programmatic dependent launch for the batch-1 and small-batch kernels (engine.kernels.pdl)
         self.trace: list | None = None  # (label, CUDA event) after each launch, when profiling

@@ -6,7 +6,7 @@ decode attention through block tables for the sequences that decode, flash-style
 attention for prompts and prompt chunks (on top of cached context), both in one pass when it is
 mixed. `forward` launches a pass kernel by kernel (any pass); decode passes replay CUDA graphs
 captured at padded batch buckets (1, 2, 4, then multiples of 8, as vLLM), largest first into one
-memory pool, batch 1 on the fused batch-1 kernels, batches 2..`small_max` (8 by default) on their
+memory pool, batch 1 on the fused batch-1 kernels, batches 2..`small_max` (`fast_path.SMALL_MAX`) on their
 small-batch form. Prefill and mixed passes of up to 8,192
 tokens replay graphs too, their tokens padded to a power of two and their sequences to one
 (chunk attention for every row, a decode being a one-token chunk): on a slow host the hundreds of

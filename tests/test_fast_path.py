@@ -79,3 +79,16 @@ def test_graphs_need_a_gpu_model(model):
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="CUDA graphs need the model on a CUDA device"):
         GraphDecoder(model)
+
+
+def test_the_small_batch_kernels_are_the_default_only_at_the_widths_they_were_measured_faster_at(model, monkeypatch):
+    """Qwen2.5-1.5B's hidden size (1536) decodes batches 2..8 on them; other widths (an 8B's 4096,
+    the tiny model's 64) stay on cuBLAS unless small_max asks."""
+    from dataclasses import replace
+
+    from engine.fast_path import FastPath
+    assert FastPath(model).small_max == 1
+    assert FastPath(model, small_max=4).small_max == 4
+    monkeypatch.setattr(model, "config", replace(model.config, hidden_size=1536))
+    fast = FastPath(model)
+    assert fast.small_max == 8 and fast.uses_small(8) and not fast.uses_small(9)
