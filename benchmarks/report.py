@@ -26,15 +26,36 @@ from core.roofline import get_gpu  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 
 
-def load(results: Path, model: str = "qwen2.5-1.5b") -> dict[str, dict]:
-    """device name -> (engine, mode, prompt, batch) -> list of ok rows of `model`."""
+def load(results: Path, model: str = "qwen2.5-1.5b", latest: bool = True) -> dict[str, dict]:
+    """device name -> (engine, mode, prompt, batch) -> list of ok rows of `model`: with `latest`, only
+    the rows of the configuration's latest measurement (the run id's stamp: one bench command; eager
+    runs apart from graph runs, whose mode the rows of one engine have named differently over time),
+    so that a configuration measured again on a changed engine shows the engine of now, not a pool."""
     groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for f in sorted(results.glob("*/runs.jsonl")):
         for r in RunStore(f.parent).rows():
             # (open runs and sweeps have no prompt; rows from before the model was recorded are the 1.5B's)
             if r.get("status") == "ok" and "prompt" in r and r.get("model", "qwen2.5-1.5b") == model:
                 groups[r["gpu"]][(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
-    return groups
+    if not latest:
+        return groups
+    out: dict[str, dict] = {}
+    for device, by_case in groups.items():
+        cases = defaultdict(list)
+        for (engine, mode, prompt, batch), rows in by_case.items():
+            cases[(engine, mode == "eager", prompt, batch)] += rows
+        out[device] = {}
+        for (engine, _, prompt, batch), rows in cases.items():
+            last = max(stamp(r) for r in rows)
+            rows = [r for r in rows if stamp(r) == last]
+            out[device][(engine, rows[0]["mode"], prompt, batch)] = rows
+    return out
+
+
+def stamp(row: dict) -> str:
+    """When the bench command that measured a row started (its run id's last part, e.g.
+    20261204T144832.820Z; the same for every run of one command)."""
+    return row["run_id"].rsplit("-", 1)[-1]
 
 
 def med(rows: list[dict], key: str) -> float:
@@ -63,8 +84,8 @@ def table(groups: dict, gpu_name: str, model_name: str = "qwen2.5-1.5b") -> str:
     model, gpu = get_preset(model_name), get_gpu(gpu_name)
     weights, kv = model.weight_bytes_read_per_pass(), model.kv_bytes_per_token()
     hf = {(p, b): rows for (e, _, p, b), rows in groups.items() if e == "hf"}
-    out = ["| engine | mode | case | ms | tok/s | achieved | % of floor | Hugging Face |",
-           "|---|---|---|---:|---:|---:|---:|---|"]
+    out = ["| engine | mode | case | ms | tok/s | achieved | % of floor | Hugging Face | commit |",
+           "|---|---|---|---:|---:|---:|---:|---|---|"]
 
     def hf_cell(prompt, batch, key, fmt):
         rows = hf.get((prompt, batch))
@@ -86,20 +107,25 @@ def table(groups: dict, gpu_name: str, model_name: str = "qwen2.5-1.5b") -> str:
         achieved = f"{flops / itl / 1e12:,.0f} TFLOP/s" if engine == "naive" else f"{step_bytes / itl / 1e9:,.0f} GB/s"
         out.append(f"| {engine} | {mode} | decode {prompt} x{batch} | {itl * 1e3:.3f} | {batch / itl:,.0f} | "
                    f"{achieved} | {100 * floor / itl:.0f}% | "
-                   + hf_cell(prompt, batch, "mean_itl_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s") + " |")
+                   + hf_cell(prompt, batch, "mean_itl_ms", lambda v: f"{v:.3f} ms, {batch * 1e3 / v:,.0f} tok/s")
+                   + f" | {commits(rows)} |")
         if batch == 1:
             ttft = med(rows, "mean_ttft_ms") / 1e3
             flops, _ = prefill_work(model, rows[0])
             out.append(f"| {engine} | {mode} | prefill {prompt} (TTFT) | {ttft * 1e3:.2f} | "
                        f"{rows[0]['prompt_tokens'] / ttft:,.0f} | {flops / ttft / 1e12:,.0f} TFLOP/s | "
                        f"{100 * gpu.floor_s(weights, flops) / ttft:.0f}% | "
-                       + hf_cell(prompt, batch, "mean_ttft_ms", lambda v: f"{v:.2f} ms") + " |")
+                       + hf_cell(prompt, batch, "mean_ttft_ms", lambda v: f"{v:.2f} ms") + f" | {commits(rows)} |")
     floors = (f"Floors on {gpu.name}: {gpu.bandwidth_gbs:,.0f} GB/s and {gpu.fp16_tflops:,.0f} TFLOP/s "
               f"({gpu.source}). Decode moves {weights / 1e9:.2f} GB of weights plus {kv:,} bytes per cached "
               "token; the decode rows count both at the run's mid-point context, and a floor is the larger of "
               "bytes over bandwidth and FLOPs over peak (a naive step recomputes the whole sequence, so its "
-              "floor is a prefill's). Medians of the recorded runs.")
+              "floor is a prefill's). Medians of the recorded runs of each case's latest measurement, at the commit named.")
     return "\n".join(out) + "\n\n" + floors
+
+
+def commits(rows: list[dict]) -> str:
+    return ", ".join(sorted({str(r.get("git_commit") or "?")[:7] for r in rows}))
 
 
 def measured_on(groups: dict, device: str | None) -> list[str]:

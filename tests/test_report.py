@@ -36,3 +36,24 @@ def test_results_with_only_open_runs_is_a_one_line_error(tmp_path, capsys):
     code, out = run_report(["--results", str(tmp_path)], capsys)
     assert code == 2
     assert out.err.startswith("error: no rows measured on a GPU")
+
+
+def test_a_case_measured_again_shows_its_latest_measurement_and_its_commit(tmp_path, capsys):
+    """The batched engine's batch 2 measured at two commits (the second on the small-batch kernels,
+    its mode named differently): one row, the second measurement's median, its commit."""
+    d = tmp_path / "batched"
+    d.mkdir()
+    rows = []
+    for stamp, commit, mode, itl in (("20261130T010000.000Z", "aaaaaaa1", "graph+pdl", 1.72),
+                                     ("20261204T144832.820Z", "bbbbbbb2", "graph", 1.56)):
+        for run in range(3):
+            rows.append({"run_id": f"batched-p256-b2-r{run}-{stamp}", "engine": "batched", "mode": mode,
+                         "prompt": "p256", "prompt_tokens": 256, "new_tokens": 256, "batch_size": 2, "status": "ok",
+                         "gpu": "NVIDIA H200", "git_commit": commit, "mean_itl_ms": itl + run * 0.001,
+                         "mean_ttft_ms": 3.4})
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out = run_report(["--results", str(tmp_path)], capsys)
+    assert code == 0, out.err
+    lines = [line for line in out.out.splitlines() if "decode p256 x2" in line]
+    assert lines == [lines[0]] and lines[0].startswith("| batched | graph | decode p256 x2 | 1.561 |")
+    assert lines[0].endswith("| bbbbbbb |")
