@@ -335,12 +335,16 @@ def suggest_tiles(rows: list[dict]) -> dict:
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
+    """The rows, each with the card, its UUID, torch and the commit it ran (engine.provenance)."""
+    from engine.provenance import provenance
+    prov = provenance(torch.device("cuda"))
     fields = ["section", "batch", "path", "pdl", "kernel", "tiles", "time_us", "gb_s"]
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fields)
+        w = csv.DictWriter(f, fields + ["gpu", "gpu_uuid", "torch", "git_commit"])
         w.writeheader()
         for r in rows:
-            w.writerow({k: (f"{r[k]:.3f}" if isinstance(r[k], float) else r[k]) for k in fields})
+            w.writerow({k: (f"{r[k]:.3f}" if isinstance(r[k], float) else r[k]) for k in fields}
+                       | {k: prov[k] for k in ("gpu", "gpu_uuid", "torch", "git_commit")})
 
 
 def int_list(text: str) -> list[int]:
@@ -397,7 +401,9 @@ def main() -> None:
     print(f"\nelapsed {time.time() - started:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"tiles": tiles, "floor_ms": floor_ms, "steps": steps, "small_tiles": best_small,
+            from engine.provenance import provenance
+            json.dump({**{k: v for k, v in provenance(torch.device("cuda")).items() if k != "host"},
+                       "tiles": tiles, "floor_ms": floor_ms, "steps": steps, "small_tiles": best_small,
                        "kernels": [{"name": n, "tiles": t, "us": us, "gb_s": g} for n, t, us, g, _ in table]},
                       f, indent=1)
 
