@@ -1,6 +1,7 @@
 """Where the simulator meets the validation's targets, by kind of run: the committed report's
 targets (`results/validation/targets.csv`, written by `python -m sim compare`) grouped by load and
-setup from the runs' rows (`results/continuous/runs.jsonl`), as a Markdown table.
+setup from the runs' rows (`results/continuous/runs.jsonl`), as a Markdown table; Qwen2.5-1.5B's
+runs, whose loads the kinds name (`--model` another model's, grouped by the same rules).
 
     python benchmarks/trust_table.py
 """
@@ -43,15 +44,18 @@ def kind(row: dict, check: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=Path("results"), help="the results directory (default results)")
+    p.add_argument("--model", default="qwen2.5-1.5b", help="whose runs (default qwen2.5-1.5b)")
     args = p.parse_args(argv)
     path = args.results / "validation" / "targets.csv"
     if not path.exists():
         print(f"error: {path}: no validation report (python -m sim compare writes it)", file=sys.stderr)
         return 2
-    rows = {r["run_id"]: r for r in RunStore(args.results / "continuous").rows()}
+    rows = {r["run_id"]: r for r in RunStore(args.results / "continuous").rows()
+            if r.get("model", "qwen2.5-1.5b") == args.model}  # rows from before the model was recorded: the 1.5B's
     groups: dict[str, list[dict]] = {k: [] for k in KINDS}
     for check in csv.DictReader(open(path)):
-        groups[kind(rows[check["run_id"]], check)].append(check)
+        if check["run_id"] in rows:
+            groups[kind(rows[check["run_id"]], check)].append(check)
 
     def count(checks, key):
         told = [c for c in checks if c.get(key) in ("True", "False")]
