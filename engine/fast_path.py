@@ -40,8 +40,8 @@ from engine.model import DenseKVCache, Qwen2
 # 1.5B's widths (results/small-batch). Decode batches 2..SMALL_MAX[hidden size] run on them by default,
 # only at the widths where they were measured faster: at the 1.5B's (1536) the step with PDL took
 # 0.91x the cuBLAS path's at batch 2, 0.93x at 4, 0.97x at 8, and 1.03x at 16 (slower), in one run.
-# At an 8B's widths cuBLAS already reads the weights at 77-79% of the bandwidth at batches 2-16: other
-# widths stay on cuBLAS until measured. `python -m engine bench --small-batch-max N` (or small_max=N)
+# At Llama-3.1-8B's (4096) they took 1.11x, 1.15x, 1.22x cuBLAS's step at batch 2, 4, 8 (cuBLAS reads its
+# larger matrices at 74-78% of the bandwidth): other widths stay on cuBLAS until measured faster. `python -m engine bench --small-batch-max N` (or small_max=N)
 # sets the bound for any model, 1 for none.
 SMALL_MAX = {1536: 8}
 
