@@ -1,7 +1,8 @@
 """Where the simulator meets the validation's targets, by kind of run: the committed report's
 targets (`results/validation/targets.csv`, written by `python -m sim compare`) grouped by load and
-setup from the runs' rows (`results/continuous/runs.jsonl`), as a Markdown table; Qwen2.5-1.5B's
-runs, whose loads the kinds name (`--model` another model's, grouped by the same rules).
+setup from the runs' rows (`results/continuous/runs.jsonl`), as a Markdown table: Qwen2.5-1.5B's
+runs, whose loads and sizes the kinds name (Llama-3.1-8B's 12 are listed run by run in
+results/validation/README.md).
 
     python benchmarks/trust_table.py
 """
@@ -24,6 +25,7 @@ LIGHT, LIGHT_LONG, NEAR, NEAR_LONG, AZURE_1X, TWO_REPLICAS, KNEE_ONE, KNEE_TWO, 
 # the part0 workload's runs of 40 s of arrivals (201 to 3,035 requests) beside the others (50 or 150 requests up to
 # 60 req/s, 300 or 400 above): the fewest requests of a long run, by load
 LONG_REQUESTS = {"light": 200, "near": 1000}
+MODEL = "qwen2.5-1.5b"  # whose runs the kinds describe
 
 
 def kind(row: dict, check: dict) -> str:
@@ -44,14 +46,13 @@ def kind(row: dict, check: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=Path("results"), help="the results directory (default results)")
-    p.add_argument("--model", default="qwen2.5-1.5b", help="whose runs (default qwen2.5-1.5b)")
     args = p.parse_args(argv)
     path = args.results / "validation" / "targets.csv"
     if not path.exists():
         print(f"error: {path}: no validation report (python -m sim compare writes it)", file=sys.stderr)
         return 2
     rows = {r["run_id"]: r for r in RunStore(args.results / "continuous").rows()
-            if r.get("model", "qwen2.5-1.5b") == args.model}  # rows from before the model was recorded: the 1.5B's
+            if r.get("model", "qwen2.5-1.5b") == MODEL}  # rows from before the model was recorded: the 1.5B's
     groups: dict[str, list[dict]] = {k: [] for k in KINDS}
     for check in csv.DictReader(open(path)):
         if check["run_id"] in rows:

@@ -17,6 +17,3 @@ def test_the_table_counts_only_the_models_runs(tmp_path, capsys):
     assert main(["--results", str(tmp_path)]) == 0
     light = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| one replica, light load (1-60")]
     assert light == ["| one replica, light load (1-60 req/s), 50 or 150 requests | 1 | 1 of 1 | - | 1 of 1 | - |"]
-    assert main(["--results", str(tmp_path), "--model", "llama-3.1-8b"]) == 0
-    light = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| one replica, light load (1-60")]
-    assert light == ["| one replica, light load (1-60 req/s), 50 or 150 requests | 2 | 1 of 2 | - | 2 of 2 | - |"]
