@@ -337,7 +337,7 @@ def suggest_tiles(rows: list[dict]) -> dict:
 def write_csv(path: str, rows: list[dict]) -> None:
     """The rows, each with the card, its UUID, torch and the commit it ran (engine.provenance)."""
     from engine.provenance import provenance
-    prov = provenance(torch.device("cuda"))
+    prov = provenance(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     fields = ["section", "batch", "path", "pdl", "kernel", "tiles", "time_us", "gb_s"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fields + ["gpu", "gpu_uuid", "torch", "git_commit"])
@@ -402,7 +402,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             from engine.provenance import provenance
-            json.dump({**{k: v for k, v in provenance(torch.device("cuda")).items() if k != "host"},
+            json.dump({**{k: v for k, v in provenance(torch.device("cuda" if torch.cuda.is_available() else "cpu")).items()
+                          if k != "host"},
                        "tiles": tiles, "floor_ms": floor_ms, "steps": steps, "small_tiles": best_small,
                        "kernels": [{"name": n, "tiles": t, "us": us, "gb_s": g} for n, t, us, g, _ in table]},
                       f, indent=1)

@@ -541,3 +541,4 @@ def test_profile_decode_small_sweep_picks_the_fastest_and_writes_every_row(tmp_p
     with open(tmp_path / "small.csv") as f:
         back = list(csv.DictReader(f))
     assert len(back) == len(rows) and back[3]["time_us"] == "1250.000" and back[4]["time_us"] == ""
+    assert all(r["git_commit"] and r["torch"] == torch.__version__ for r in back)  # each row names what it ran on
