@@ -487,10 +487,10 @@ def charts(comparisons: list[Comparison], out: Path, scratch: Path) -> dict[str,
             color=alt.Color("side:N", title=None), strokeDash="side:N").properties(width=220, height=160).facet(
             column=alt.Column("metric:N", title=None)).resolve_scale(x="independent").properties(title=c.run_id)
         paths[f"cdf-{c.run_id}"] = save_svg(chart, scratch / f"cdf-{c.run_id}")
-    seed = {}  # per policy and rate, the run of the most requests (the steadiest percentiles)
+    seed = {}  # per model, policy and rate, the run of the most requests (the steadiest percentiles)
     for c in comparisons:
         if c.row["workload"] == "seed" and (c.row.get("replicas") or 1) == 1:
-            key = (c.row["policy"], c.row["rate"])
+            key = (c.row.get("model"), c.row["policy"], c.row["rate"])
             if key not in seed or c.row["requests"] > seed[key].row["requests"]:
                 seed[key] = c
     seed = list(seed.values())
@@ -500,15 +500,17 @@ def charts(comparisons: list[Comparison], out: Path, scratch: Path) -> dict[str,
             for t in c.table:
                 if t["metric"] in ("ttft", "tpot") and t["stat"] in ("p50", "p99"):
                     for side in ("real", "sim"):
-                        rows.append({"rate": c.row["rate"], "policy": c.row["policy"], "series": f"{t['metric'].upper()} {t['stat']}",
+                        rows.append({"rate": c.row["rate"], "policy": c.row["policy"], "model": c.row.get("model") or "",
+                                     "series": f"{t['metric'].upper()} {t['stat']}",
                                      "side": "real" if side == "real" else "simulated", "ms": t[f"{side}_ms"]})
         df = pd.DataFrame(rows)
+        # one panel per model and policy: one model's runs are one line against the rate
         chart = alt.Chart(df).mark_line(point=True).encode(
             x=alt.X("rate:Q", scale=alt.Scale(type="log"), title="arrival rate (req/s)"),
             y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms"), color=alt.Color("series:N"),
             strokeDash=alt.StrokeDash("side:N", title=None)).properties(width=300, height=220).facet(
-            column=alt.Column("policy:N")).properties(
-            title="The part0 workload's open runs on one H200: real (solid) and simulated (dashed); saturation past ~100 req/s")
+            row=alt.Row("model:N", title=None), column=alt.Column("policy:N")).resolve_scale(x="independent").properties(
+            title="The part0 workload's open runs on one H200, by model and policy: real (solid) and simulated (dashed)")
         paths["latency-vs-rate"] = save(chart, out / "latency-vs-rate")
     rows = []
     for c in comparisons:

@@ -324,3 +324,20 @@ def test_a_run_is_simulated_again_with_its_cards_offset_from_the_other_runs_on_i
     (base,) = run_compare(results, f"constant:{COST * own * 1.1}", only=row["run_id"] + "-elsewhere")
     assert [t["sim_ms"] for t in moved.table] == pytest.approx([t["sim_ms"] for t in base.table])
     assert "of the 2 runs whose card served others" in capsys.readouterr().out
+
+
+def test_latency_against_rate_draws_each_model_apart(comparison, tmp_path):
+    """Two models' part0 runs at like rates are two lines, one panel row per model, not one line
+    that zigzags between them."""
+    from dataclasses import replace
+
+    from sim.compare import charts
+    runs = [replace(comparison, row=dict(comparison.row, run_id=f"seed-{model}-{rate}", workload="seed", rate=rate,
+                                         model=model, replicas=1))
+            for model in ("qwen2.5-1.5b", "llama-3.1-8b") for rate in (4.0, 10.0)]
+    (tmp_path / "scratch").mkdir()
+    assert charts(runs, tmp_path, tmp_path / "scratch")["latency-vs-rate"].exists()
+    page = (tmp_path / "latency-vs-rate.html").read_text()
+    assert '"row": {"field": "model"' in page
+    # 2 rates x TTFT and TPOT at p50 and p99 x real and simulated, per model
+    assert page.count('"model": "llama-3.1-8b"') == page.count('"model": "qwen2.5-1.5b"') == 16
