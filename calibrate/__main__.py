@@ -82,7 +82,7 @@ def sweep_main(argv: list[str]) -> int:
         from tqdm import tqdm
 
         from calibrate.sweep import (GRID_TOKENS_HELD, MIXTURE_BATCHES, blocks_needed, default_shapes, mixed_shapes,
-                                     mixture_shapes, quick_shapes, run_sweep, tokens_that_fit)
+                                     mixture_shapes, quick_shapes, run_sweep)
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -104,8 +104,7 @@ def sweep_main(argv: list[str]) -> int:
         model, weights = load_model(source, dtype, device, seed=args.seed)
         # the grid's batches hold up to GRID_TOKENS_HELD cached positions (57 GB for the 1.5B), fewer where
         # the model's KV cache would not fit beside its weights (an 8B's 2,000,000 take 262 GB)
-        held = tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
-                               torch.finfo(dtype).bits // 8) if gpu else None
+        held = held_on_device(model.config, device, dtype) if gpu else None
         if args.grid == "mixtures":
             shapes = mixture_shapes(max_batch, max_context, seed=args.seed)
             if not shapes:
@@ -184,9 +183,7 @@ def heat_main(argv: list[str]) -> int:
         import os
 
         from calibrate.response import CPU_SHAPES, measure, segments, telemetry
-        import torch
-
-        from calibrate.sweep import blocks_needed, run_sweep, tokens_that_fit
+        from calibrate.sweep import blocks_needed, run_sweep
         from engine.continuous import ModelRunner
         from engine.kernels import choose_kernels
         from engine.paged import PagedKVCache
@@ -199,8 +196,7 @@ def heat_main(argv: list[str]) -> int:
         check_writable_dir(out)
         model, weights = load_model(args.model or ("qwen2.5-1.5b" if gpu else "tiny"), parse_dtype(args.dtype), device)
         if gpu:  # (an 8B model's cache holds fewer positions than the largest decode batch's 1,048,576)
-            held = tokens_that_fit(model.config, torch.cuda.mem_get_info(device)[0],
-                                   torch.finfo(parse_dtype(args.dtype)).bits // 8)
+            held = held_on_device(model.config, device, parse_dtype(args.dtype))
             plan = heat_plan(args.scale, held)
             left = [name for name, _ in segments(args.scale) if name not in dict(plan)]
             if left:
@@ -766,6 +762,15 @@ def estimate(model: str, sweep_argv: list[str], heat_argv: list[str], gpu: bool)
             f"heat {heat_s / 60:.1f}, fit {fit_s / 60:.1f} (passes priced by the H200 calibration"
             + (f" projected to {model}" if cost.projected_from else "")
             + "; the fit's share depends on this host's CPU)")
+
+
+def held_on_device(config, device, dtype) -> int:
+    """The cached positions that the GPU's free memory holds beside what is loaded (the sweep's and
+    the heat run's bound; `held_on_h200` is the estimate's)."""
+    import torch
+
+    from calibrate.sweep import tokens_that_fit
+    return tokens_that_fit(config, torch.cuda.mem_get_info(device)[0], torch.finfo(dtype).bits // 8)
 
 
 def held_on_h200(config) -> int:
