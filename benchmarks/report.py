@@ -26,9 +26,9 @@ from core.roofline import get_gpu  # noqa: E402
 from core.runstore import RunStore  # noqa: E402
 
 
-def load(results: Path, model: str = "qwen2.5-1.5b", latest: bool = True) -> dict[str, dict]:
-    """device name -> (engine, mode, prompt, batch) -> list of ok rows of `model`: with `latest`, only
-    the rows of the configuration's latest measurement (the run id's stamp: one bench command; eager
+def load(results: Path, model: str = "qwen2.5-1.5b") -> dict[str, dict]:
+    """device name -> (engine, mode, prompt, batch) -> list of ok rows of `model`, only the rows of
+    the configuration's latest measurement (the run id's stamp: one bench command; eager
     runs apart from graph runs, whose mode the rows of one engine have named differently over time),
     so that a configuration measured again on a changed engine shows the engine of now, not a pool."""
     groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
@@ -36,14 +36,9 @@ def load(results: Path, model: str = "qwen2.5-1.5b", latest: bool = True) -> dic
         for r in RunStore(f.parent).rows():
             # (open runs and sweeps have no prompt; rows from before the model was recorded are the 1.5B's)
             if r.get("status") == "ok" and "prompt" in r and r.get("model", "qwen2.5-1.5b") == model:
-                groups[r["gpu"]][(r["engine"], r["mode"], r["prompt"], r["batch_size"])].append(r)
-    if not latest:
-        return groups
+                groups[r["gpu"]][(r["engine"], r["mode"] == "eager", r["prompt"], r["batch_size"])].append(r)
     out: dict[str, dict] = {}
-    for device, by_case in groups.items():
-        cases = defaultdict(list)
-        for (engine, mode, prompt, batch), rows in by_case.items():
-            cases[(engine, mode == "eager", prompt, batch)] += rows
+    for device, cases in groups.items():
         out[device] = {}
         for (engine, _, prompt, batch), rows in cases.items():
             last = max(stamp(r) for r in rows)
