@@ -334,10 +334,15 @@ def suggest_tiles(rows: list[dict]) -> dict:
     return out
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
-    """The rows, each with the card, its UUID, torch and the commit it ran (engine.provenance)."""
+def measured_on() -> dict:
+    """What the figures were measured on: the card, its UUID, torch, the commit (engine.provenance)."""
     from engine.provenance import provenance
-    prov = provenance(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return provenance(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    """The rows, each with the card, its UUID, torch and the commit it ran."""
+    prov = measured_on()
     fields = ["section", "batch", "path", "pdl", "kernel", "tiles", "time_us", "gb_s"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fields + ["gpu", "gpu_uuid", "torch", "git_commit"])
@@ -401,9 +406,7 @@ def main() -> None:
     print(f"\nelapsed {time.time() - started:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            from engine.provenance import provenance
-            json.dump({**{k: v for k, v in provenance(torch.device("cuda" if torch.cuda.is_available() else "cpu")).items()
-                          if k != "host"},
+            json.dump({**{k: v for k, v in measured_on().items() if k != "host"},
                        "tiles": tiles, "floor_ms": floor_ms, "steps": steps, "small_tiles": best_small,
                        "kernels": [{"name": n, "tiles": t, "us": us, "gb_s": g} for n, t, us, g, _ in table]},
                       f, indent=1)
