@@ -6,8 +6,9 @@ run); fewer launches and no host work inside a pass, so the passes can be captur
 
 - `decode_b1`: batch 1, five kernels a layer: four matrix-vector products with the small
   operations folded in (`engine.kernels.gemv`) and the attention.
-- `decode_small`: batches of 2 up to `small_max` (by default 8 at the 1.5B's widths, else none: `SMALL_MAX`), the same five kernels a layer
-  for M rows at once (`engine.kernels.small_m`), each weight tile read once for all rows.
+- `decode_small`: batches of 2 up to `small_max` (by default 8 at the 1.5B's widths, else none:
+  `SMALL_MAX`), the same five kernels a layer for M rows at once (`engine.kernels.small_m`), each
+  weight tile read once for all rows.
 - `decode`: any batch; cuBLAS for the projections, one Triton kernel for each step between them
   (residual add + RMSNorm, rotary + cache write, live-context attention, silu * up).
 - `prefill`: fresh prompts of one length; as `decode`, with flash attention over the prompt.
@@ -40,9 +41,9 @@ from engine.model import DenseKVCache, Qwen2
 # 1.5B's widths (results/small-batch). Decode batches 2..SMALL_MAX[hidden size] run on them by default,
 # only at the widths where they were measured faster: at the 1.5B's (1536) the step with PDL took
 # 0.91x the cuBLAS path's at batch 2, 0.93x at 4, 0.97x at 8, and 1.03x at 16 (slower), in one run.
-# At Llama-3.1-8B's (4096) they took 1.11x, 1.15x, 1.22x cuBLAS's step at batch 2, 4, 8 (cuBLAS reads its
-# larger matrices at 74-78% of the bandwidth): other widths stay on cuBLAS until measured faster. `python -m engine bench --small-batch-max N` (or small_max=N)
-# sets the bound for any model, 1 for none.
+# At Llama-3.1-8B's (4096) they took 1.11x, 1.15x, 1.22x cuBLAS's step at batch 2, 4, 8 (cuBLAS reads
+# its larger matrices at 74-78% of the bandwidth): other widths stay on cuBLAS until measured faster.
+# `python -m engine bench --small-batch-max N` (or small_max=N) sets the bound for any model, 1 for none.
 SMALL_MAX = {1536: 8}
 
 SMALL_TILES = {"qkv": (32, 256, 4, 4, 3), "o": (32, 128, 4, 4, 3), "gate_up": (32, 128, 4, 1, 3),
