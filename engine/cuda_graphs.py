@@ -39,7 +39,9 @@ class _Graph:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        # captured on the stream it warmed up on: a fresh capture stream can make cuBLAS set up its
+        # workspace for that stream mid-capture, which failed one capture on an H200 (EXECUTION_FAILED)
+        with torch.cuda.graph(self.graph, pool=pool, stream=stream):
             self.out = fn()
 
     def __call__(self) -> Tensor:
