@@ -331,6 +331,9 @@ def fit_main(argv: list[str]) -> int:
             read = runs_read(results, row["gpu"], row["model"], only)
         except ValueError as e:
             raise ValueError(f"--runs-of {args.runs_of}: {e}") from None
+        if args.serving_heat and not read["continuous"]:  # said now, not after minutes of fitting
+            raise ValueError(f"--serving-heat: no open runs' passes to fit the heat's slow-downs on (none of "
+                             f"{row['model']} on {row['gpu']} under {results / 'continuous'})")
         model = resolve_model(row["model"])
         c = constants(model, 2 if row["dtype"] in ("float16", "bfloat16") else 4)
         meta = {"model": row["model"], "gpu": row["gpu"], "dtype": row["dtype"], "engine": "continuous",
