@@ -95,13 +95,19 @@ def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
     end = tl.minimum(start + slice_len, length)
+    # Each tile's rows are looked up one tile ahead, as the tile before it loads: in the paged
+    # layout that is a load from the block table, which the keys' and values' loads wait for.
+    n = start + tl.arange(0, BLOCK_N)
+    base, rows = _kv_rows(b, n, n < end, kvh, BT, bt_stride, kv_stride_b, kv_stride_h, kv_stride_s, D, BLOCK_SIZE,
+                          PAGED)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         live = n < end
-        base, rows = _kv_rows(b, n, live, kvh, BT, bt_stride, kv_stride_b, kv_stride_h, kv_stride_s, D, BLOCK_SIZE,
-                              PAGED)
         k = tl.load(KC + base + rows[:, None] + d[None, :], mask=live[:, None], other=0.0)
         v = tl.load(VC + base + rows[:, None] + d[None, :], mask=live[:, None], other=0.0)
+        after = n + BLOCK_N
+        _, rows = _kv_rows(b, after, after < end, kvh, BT, bt_stride, kv_stride_b, kv_stride_h, kv_stride_s, D,
+                           BLOCK_SIZE, PAGED)
         s = tl.dot(q, tl.trans(k)) * scale
         s = tl.where(live[None, :], s, float("-inf"))
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, EXP2=False)
