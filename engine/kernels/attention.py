@@ -26,10 +26,12 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
 
 
-# Up to this many (sequence, KV head) pairs a launch reads each tile's block-table entries one tile
-# ahead. On an H200 at 385 cached positions that took the paged kernel from 7.6 to 6.8 us a layer at batch 1 and
-# from 8.9 to 7.9 at batch 8 (2 and 16 pairs), but from 15.2 to 18.3 at batch 64 and 36.5 to 43.4
-# at batch 256, where the programs fill the GPU and the held-over entries cost more than the wait.
+# An attention object for up to this many (sequence, KV head) pairs reads each tile's block-table
+# entries one tile ahead (a property of the object, not of each launch: a kernel launched outside a
+# graph with a new batch size must not compile a second variant mid-run). On an H200 at 385 cached
+# positions that took the paged kernel from 7.6 to 6.8 us a layer at batch 1 and from 8.9 to 7.9 at
+# batch 8 (2 and 16 pairs), but from 15.2 to 18.3 at batch 64 and 36.5 to 43.4 at batch 256, where
+# the programs fill the GPU and the held-over entries cost more than the wait.
 AHEAD_PAIRS = 16
 
 
@@ -185,7 +187,7 @@ class _SplitK:
             *strides, SPLIT=0 if dynamic else split, SPLITS=splits, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
             BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, SLICE_MIN=slice_min, **paged,
-            AHEAD=batch * self.kv_heads <= AHEAD_PAIRS, **pdl_launch(self.pdl))
+            AHEAD=self.ahead, **pdl_launch(self.pdl))
         return out
 
 
@@ -197,6 +199,7 @@ class DecodeAttention(_SplitK):
                  device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
         self.batch, self.heads, self.kv_heads, self.head_dim = batch, heads, kv_heads, head_dim
         self.group, self.pdl, self.context = heads // kv_heads, pdl, cache_len
+        self.ahead = batch * kv_heads <= AHEAD_PAIRS
         self.split = split if split is not None else _slice_length(batch, kv_heads, cache_len, block_n)
         self.splits = triton.cdiv(cache_len, self.split)
         self.block_n = min(block_n, self.split)
@@ -236,6 +239,7 @@ class PagedDecodeAttention(_SplitK):
         self.max_batch, self.heads, self.kv_heads, self.head_dim = max_batch, heads, kv_heads, head_dim
         self.group, self.pdl, self.context, self.block_size = heads // kv_heads, pdl, max_len, block_size
         self.fixed_split, self.block_n = split, block_n
+        self.ahead = max_batch * kv_heads <= AHEAD_PAIRS
         # partials are kept only when a launch slices the context (more than one slice a sequence)
         pairs = max([b * s for b in range(1, max_batch + 1) if (s := self.slices_for(b)) > 1], default=1)
         self.acc = torch.empty(pairs * heads * head_dim, dtype=torch.float32, device=device)
