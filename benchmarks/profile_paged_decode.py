@@ -4,11 +4,16 @@ it wants (the target "decode batch 64 <= 2.2 ms at p256" of the continuous engin
 1. Passes: the continuous engine's runner (CUDA graphs, paged cache) timed on decode passes of
    `--batches` sequences at contexts of the p256 closed run (256 + 0..255 generated tokens),
    through the same launch path as an open run (`calibrate.sweep.run_sweep`).
-2. Breakdown: the batch-64 decode step launched kernel by kernel behind a sleep kernel, a CUDA
+2. Against the static engine (`--against-static`, default batches 1,8,64): a pass at 385 cached
+   positions built up from its graph alone, replayed back to back, to everything the runner does
+   around it (the index arrays' upload, their copies into the graph's buffers, the previous pass's
+   tokens taken on the GPU, the pass's two events and its tokens' download), beside the static
+   engine's decode graph of the same batch (`engine.cuda_graphs.GraphDecoder`).
+3. Breakdown: the batch-64 decode step launched kernel by kernel behind a sleep kernel, a CUDA
    event after each kind of kernel, as `profile_decode.py` does for the static engine.
-3. Attention alone: the paged decode-attention kernel over the 28 layers' caches, replayed as a
+4. Attention alone: the paged decode-attention kernel over the 28 layers' caches, replayed as a
    CUDA graph, under several slicings (slices a sequence, fewest positions a slice) and tile
-   widths, against the dense kernel the static `batched` engine runs.
+   widths, against the dense kernel the static `batched` engine runs, at `--attention-batches`.
 
     python benchmarks/profile_paged_decode.py [--batches 32,56,64,72,128] [--json OUT.json]
 """
@@ -21,13 +26,16 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profile_decode import chain_time_us  # noqa: E402
+from profile_decode import chain_time_us, measured_on  # noqa: E402
 
 from calibrate.sweep import Shape, run_sweep  # noqa: E402
 from engine.continuous import ModelRunner  # noqa: E402
+from engine.cuda_graphs import GraphDecoder  # noqa: E402
+from engine.host_buffers import Downloads, EventPool  # noqa: E402
 from engine.kernels.attention import DecodeAttention, PagedDecodeAttention  # noqa: E402
 from engine.paged import PagedKVCache  # noqa: E402
 from engine.weights import build_random  # noqa: E402
@@ -49,6 +57,81 @@ def pass_times(runner: ModelRunner, batches: list[int], repeats: int) -> dict:
     print("\ndecode passes (graph replay through the runner), median ms:")
     for g, ms in out.items():
         print(f"  {g:<22}{ms:8.3f}")
+    return out
+
+
+def per_call_us(fn, calls: int = 150, rounds: int = 6) -> float:
+    """Microseconds a call of `fn`, launched `calls` times back to back; the median of `rounds`
+    rounds after the first."""
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(out[1:])
+
+
+def against_static(runner: ModelRunner, model, batches: list[int], context: int = 384) -> dict:
+    """Per batch: the static engine's decode graph, and the continuous engine's pass built up from
+    its graph to everything the runner launches around it (us a pass)."""
+    fast, events, downloads = runner.fast, EventPool(True), Downloads(runner.max_num_seqs)
+    out = {}
+    print(f"\ndecode pass at {context + 1} cached positions, us (launched back to back):")
+    for b in batches:
+        run_sweep(runner, [Shape("b", tuple((context, 1) for _ in range(b)))], repeats=3, run_id="fill")
+        graph = fast.graphs[fast.bucket(b)]
+        width = -(-(context + 1) // runner.cache.block_size)
+        arrays = [np.zeros(b, np.int64), np.full(b, context, np.int64),
+                  np.arange(b, dtype=np.int64) * runner.cache.block_size * width, np.full(b, context + 1, np.int64),
+                  np.arange(b * width, dtype=np.int64)]
+        index = np.concatenate([np.arange(b), np.arange(b)]).astype(np.int64)
+        previous = fast.s_out.clone()
+
+        def stage(take: bool) -> None:  # replay_decode's steps before its replay
+            tokens, positions, slots, lens, tables, where = fast.stage(arrays + [index if take else index[:0]])
+            fast.s_tokens[:b].copy_(tokens)
+            fast.s_positions[:b].copy_(positions)
+            fast.s_slots[:b].copy_(slots)
+            fast.s_lens[:b].copy_(lens)
+            fast.s_tables[:b, :width].copy_(tables.view(b, width))
+            if take:
+                fast.take_previous(fast.s_tokens, where, previous)
+
+        def whole() -> None:  # and ModelRunner.launch's around it
+            start = events.record()
+            stage(True)
+            sampled = graph()
+            end = events.record()
+            buffer, done = downloads.start(sampled[:b])
+            downloads.give_back(buffer, done)
+            events.release(start, end)
+
+        decoder = GraphDecoder(model)
+        decoder.cache(b, 512)
+
+        def static_step() -> None:  # 150 steps from 284 to 434 cached positions, inside the 512
+            decoder.step()
+
+        def from_284() -> None:
+            decoder.start(torch.zeros(b, dtype=torch.long, device="cuda"), torch.full((b,), context - 100, device="cuda"))
+
+        static = []
+        for _ in range(6):
+            from_284()
+            static.append(per_call_us(static_step, rounds=1))
+        row = {"static engine's graph": statistics.median(static[1:]),
+               "graph": per_call_us(graph),
+               "+ upload": per_call_us(lambda: (fast.stage(arrays), graph())),
+               "+ copies into its buffers": per_call_us(lambda: (stage(False), graph())),
+               "+ previous tokens taken": per_call_us(lambda: (stage(True), graph())),
+               "+ events and download (the pass)": per_call_us(whole)}
+        out[b] = row
+        print(f"  batch {b}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
     return out
 
 
@@ -76,7 +159,11 @@ def breakdown(runner: ModelRunner, batch: int, context: int) -> dict:
     return dict(share)
 
 
-def attention_variants(model, cache: PagedKVCache, batch: int) -> list[dict]:
+def attention_variants(model, cache: PagedKVCache, batches: list[int]) -> list[dict]:
+    return [r | {"batch": b} for b in batches for r in attention_at(model, cache, b)]
+
+
+def attention_at(model, cache: PagedKVCache, batch: int) -> list[dict]:
     c = model.config
     heads, kvh, D, L = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
     bs = cache.block_size
@@ -116,17 +203,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="32,56,64,72,128")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--against-static", default="1,8,64", help="batches of part 2 (empty: none)")
+    ap.add_argument("--attention-batches", default="64", help="batches of part 4")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("profile_paged_decode.py times CUDA graphs: it needs a CUDA GPU (torch.cuda.is_available() is False)")
     batches = [int(b) for b in args.batches.split(",")]
+    static_batches = [int(b) for b in args.against_static.split(",") if b.strip()]
+    attention_batches = [int(b) for b in args.attention_batches.split(",") if b.strip()]
     model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
     blocks = max(batches) * 40 + 64
     cache = PagedKVCache(model.config, blocks, 16, torch.float16, "cuda")
     runner = ModelRunner(model, cache, max(256, max(batches)), "triton", graphs=True)
-    result = {}
+    result = {"measured_on": measured_on()}
     for name, part in (("passes_ms", lambda: pass_times(runner, batches, args.repeats)),
+                       ("against_static_us", lambda: against_static(runner, model, static_batches)),
                        ("breakdown_ms", lambda: breakdown(runner, 64, 384)),
-                       ("attention", lambda: attention_variants(model, cache, 64))):
+                       ("attention", lambda: attention_variants(model, cache, attention_batches))):
         try:
             result[name] = part()
         except Exception as e:  # report and go on: one failing part should not hide the others
