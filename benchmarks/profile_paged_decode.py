@@ -60,11 +60,13 @@ def pass_times(runner: ModelRunner, batches: list[int], repeats: int) -> dict:
     return out
 
 
-def per_call_us(fn, calls: int = 150, rounds: int = 6) -> float:
+def per_call_us(fn, calls: int = 150, rounds: int = 6, reset=None) -> float:
     """Microseconds a call of `fn`, launched `calls` times back to back; the median of `rounds`
-    rounds after the first."""
+    rounds after the first (`reset()` before each round)."""
     out = []
     for _ in range(rounds):
+        if reset is not None:
+            reset()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -114,17 +116,10 @@ def against_static(runner: ModelRunner, model, batches: list[int], context: int 
         decoder = GraphDecoder(model)
         decoder.cache(b, 512)
 
-        def static_step() -> None:  # 150 steps from 284 to 434 cached positions, inside the 512
-            decoder.step()
-
-        def from_284() -> None:
+        def from_284() -> None:  # each round's 150 steps go from 284 to 434 cached positions, inside the 512
             decoder.start(torch.zeros(b, dtype=torch.long, device="cuda"), torch.full((b,), context - 100, device="cuda"))
 
-        static = []
-        for _ in range(6):
-            from_284()
-            static.append(per_call_us(static_step, rounds=1))
-        row = {"static engine's graph": statistics.median(static[1:]),
+        row = {"static engine's graph": per_call_us(decoder.step, reset=from_284),
                "graph": per_call_us(graph),
                "+ upload": per_call_us(lambda: (fast.stage(arrays), graph())),
                "+ copies into its buffers": per_call_us(lambda: (stage(False), graph())),
