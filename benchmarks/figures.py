@@ -127,7 +127,9 @@ def batch_curve_chart(groups: dict):
             if engine not in ("batched", "continuous") or prompt != "p256":
                 continue
             rates = [batch * 1e3 / r["mean_itl_ms"] for r in runs]
-            label = f"{engine} ({mode}), {device}"
+            # one line an engine: whether a graph's kernels use PDL depends on the batch (and rows
+            # before 642a86d said graph+pdl at every batch); only the eager path is a line of its own
+            label = f"{engine}{' (eager)' if mode == 'eager' else ''}, {device}"
             rows.append({"engine": label, "batch": batch, "tok_s": statistics.median(rates),
                          "low": min(rates), "high": max(rates), "runs": len(runs)})
             if key:
