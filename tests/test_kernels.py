@@ -112,11 +112,13 @@ def test_silu_mul_matches_eager():
     assert rel(out, F.silu(g) * u) < 1e-3
 
 
+@pytest.mark.parametrize("ahead", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("split", [64, 320])
-def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
+def test_decode_attention_reads_only_each_sequences_live_context(dtype, split, ahead):
     """Slices of 64 positions (one sequence fits one slice, the others need 3 and 5 merged), or
-    one slice for the whole context."""
+    one slice for the whole context; each tile's rows looked up a tile ahead or not (the kernel's
+    two forms, chosen by how many sequences the object is for)."""
     B, heads, kv_heads, D, S = 3, 12, 2, 32, 300
     lens = torch.tensor([1, 130, 300], device=DEVICE)
     q = torch.randn(B, heads, D, dtype=dtype, device=DEVICE)
@@ -126,6 +128,8 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
         kc[b, :, n:] = float("nan")
         vc[b, :, n:] = float("nan")
     attn = DecodeAttention(B, heads, kv_heads, D, S, DEVICE, split=split, block_n=32)
+    assert attn.ahead  # (3 sequences of 2 KV heads)
+    attn.ahead = ahead
     out = attn(q, kc, vc, lens - 1, poisoned(B, heads * D, dtype=dtype))
     assert not attn.tickets.any()  # every merge handed its ticket back for the next call
     group = heads // kv_heads
@@ -136,15 +140,18 @@ def test_decode_attention_reads_only_each_sequences_live_context(dtype, split):
         assert rel(out[b].view(heads, D), ref) < ATTENTION_TOL, b
 
 
+@pytest.mark.parametrize("ahead", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("block_size,split", [(4, 32), (16, None), (32, 64), (16, 512)])
-def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtype, block_size, split):
+def test_paged_decode_attention_reads_each_sequence_through_its_block_table(dtype, block_size, split, ahead):
     """Lengths 1, one block, a block and one, two slices and one position, 300, and a padding row
     of length 0; slices of 32 or 64 positions to merge, the default (each sequence's own length
     in slices of whole blocks, at least 128 positions), or one slice for the whole context. Row 6
-    is past the launched batch."""
+    is past the launched batch. Each tile's block-table entries read a tile ahead or with the tile."""
     heads, kv_heads, D, max_len, B = 6, 2, 32, 320, 6
     attn = PagedDecodeAttention(B + 1, heads, kv_heads, D, max_len, block_size, DEVICE, split=split, block_n=32)
+    assert attn.ahead and not PagedDecodeAttention(9, heads, kv_heads, D, max_len, block_size, DEVICE).ahead
+    attn.ahead = ahead
     lens = [1, block_size, block_size + 1, 0, min(2 * (attn.split_for(B) or 64) + 1, 257), 300]
     kc, vc, tables, keys, values = paged_cache(lens, kv_heads, D, block_size, dtype)
     q = torch.randn(B, heads, D, dtype=dtype, device=DEVICE)
