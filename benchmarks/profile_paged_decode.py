@@ -14,6 +14,7 @@ it wants (the target "decode batch 64 <= 2.2 ms at p256" of the continuous engin
 4. Attention alone: the paged decode-attention kernel over the 28 layers' caches, replayed as a
    CUDA graph, under several slicings (slices a sequence, fewest positions a slice) and tile
    widths, against the dense kernel the static `batched` engine runs, at `--attention-batches`.
+5. The whole decode graph under some of those slicings, at the `--against-static` batches.
 
     python benchmarks/profile_paged_decode.py [--batches 32,56,64,72,128] [--json OUT.json]
 """
@@ -194,6 +195,42 @@ def attention_at(model, cache: PagedKVCache, batch: int) -> list[dict]:
     return rows
 
 
+GRAPH_SLICINGS = (("engine", None), ("16 slices", (16, 128)), ("4 slices", (4, 128)), ("one slice", (1, 128)))
+
+
+def graph_slicings(runner: ModelRunner, batches: list[int], context: int = 384) -> dict:
+    """Per batch: the continuous engine's decode graph alone (us a replay), recaptured with its
+    attention cutting a context into at most 64 (the engine's rule below batch 128), 16, 4 slices
+    or one. A slice fewer launches fewer programs that exit at once: whether that matters inside
+    a graph of kernels chained by programmatic dependent launch, which a kernel timed alone does
+    not show."""
+    from engine.cuda_graphs import _Graph
+    fast = runner.fast
+    out = {}
+    print(f"\ncontinuous decode graph at {context + 1} cached positions by slicing, us a replay:")
+    for b in batches:
+        name = "attention_b1" if b == 1 else "attention_small" if fast.fast.uses_small(b) else "attention"
+        engine_attention, bucket = getattr(fast, name), fast.bucket(b)
+        engine_graph = fast.graphs[bucket]
+        row = {}
+        try:
+            for label, slicing in GRAPH_SLICINGS:
+                a = engine_attention
+                kind = PagedDecodeAttention if slicing is None else \
+                    type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}})
+                setattr(fast, name, kind(a.max_batch, a.heads, a.kv_heads, a.head_dim, a.context, a.block_size,
+                                         runner.device, pdl=a.pdl))
+                fast.graphs[bucket] = _Graph(lambda: fast.decode_step(bucket), fast.mode == "graph")
+                run_sweep(runner, [Shape("b", tuple((context, 1) for _ in range(b)))], repeats=2, run_id="fill")
+                row[label] = per_call_us(fast.graphs[bucket])
+        finally:
+            setattr(fast, name, engine_attention)
+            fast.graphs[bucket] = engine_graph
+        out[b] = row
+        print(f"  batch {b}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="32,56,64,72,128")
@@ -215,7 +252,8 @@ def main() -> None:
     for name, part in (("passes_ms", lambda: pass_times(runner, batches, args.repeats)),
                        ("against_static_us", lambda: against_static(runner, model, static_batches)),
                        ("breakdown_ms", lambda: breakdown(runner, 64, 384)),
-                       ("attention", lambda: attention_variants(model, cache, attention_batches))):
+                       ("attention", lambda: attention_variants(model, cache, attention_batches)),
+                       ("graph_slicings_us", lambda: graph_slicings(runner, static_batches))):
         try:
             result[name] = part()
         except Exception as e:  # report and go on: one failing part should not hide the others
