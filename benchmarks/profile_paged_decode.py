@@ -61,6 +61,20 @@ def pass_times(runner: ModelRunner, batches: list[int], repeats: int) -> dict:
     return out
 
 
+def fill(runner: ModelRunner, batch: int, context: int, repeats: int = 1) -> None:
+    """Run decode passes of `batch` sequences at `context` cached positions through the runner, so
+    that the static buffers of their graph hold that batch."""
+    run_sweep(runner, [Shape("b", tuple((context, 1) for _ in range(batch)))], repeats=repeats, run_id="fill")
+
+
+def sliced(slicing: tuple[int, int] | None) -> type:
+    """The paged attention with every batch's slicing (slices a sequence, fewest positions a slice)
+    set to `slicing`; None: the engine's rule."""
+    if slicing is None:
+        return PagedDecodeAttention
+    return type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}})
+
+
 def per_call_us(fn, calls: int = 150, rounds: int = 6, reset=None) -> float:
     """Microseconds a call of `fn`, launched `calls` times back to back; the median of `rounds`
     rounds after the first (`reset()` before each round)."""
@@ -86,7 +100,7 @@ def against_static(runner: ModelRunner, model, batches: list[int], context: int 
     out = {}
     print(f"\ndecode pass at {context + 1} cached positions, us (launched back to back):")
     for b in batches:
-        run_sweep(runner, [Shape("b", tuple((context, 1) for _ in range(b)))], repeats=3, run_id="fill")
+        fill(runner, b, context, repeats=3)
         graph = fast.graphs[fast.bucket(b)]
         width = -(-(context + 1) // runner.cache.block_size)
         arrays = [np.zeros(b, np.int64), np.full(b, context, np.int64),
@@ -133,8 +147,7 @@ def against_static(runner: ModelRunner, model, batches: list[int], context: int 
 
 def breakdown(runner: ModelRunner, batch: int, context: int) -> dict:
     """Each kind of kernel's share of one decode step of `batch` sequences, launched one by one."""
-    shape = Shape("b", tuple((context, 1) for _ in range(batch)))
-    run_sweep(runner, [shape], repeats=1, run_id="fill")  # fills the static buffers for this batch
+    fill(runner, batch, context)
     fast = runner.fast
     b = fast.bucket(batch)
     fast.decode_step(b)
@@ -175,9 +188,7 @@ def attention_at(model, cache: PagedKVCache, batch: int) -> list[dict]:
         q = torch.randn(batch, heads, D, dtype=torch.float16, device="cuda")
         out = torch.empty(batch, heads * D, dtype=torch.float16, device="cuda")
         for name, big, slicing, block_n in variants:
-            kind = PagedDecodeAttention if slicing is None else \
-                type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}})
-            attn = kind(batch, heads, kvh, D, 4096, bs, "cuda", block_n=block_n)
+            attn = sliced(slicing)(batch, heads, kvh, D, 4096, bs, "cuda", block_n=block_n)
             us = chain_time_us([lambda i=i: attn(q, cache.k[i], cache.v[i], tables, lens, out, batch=batch)
                                 for i in range(L)])
             rows.append({"variant": name, "context": context, "us_per_layer": us})
@@ -212,16 +223,13 @@ def graph_slicings(runner: ModelRunner, batches: list[int], context: int = 384) 
         name = "attention_b1" if b == 1 else "attention_small" if fast.fast.uses_small(b) else "attention"
         engine_attention, bucket = getattr(fast, name), fast.bucket(b)
         engine_graph = fast.graphs[bucket]
-        row = {}
+        a, row = engine_attention, {}
         try:
             for label, slicing in GRAPH_SLICINGS:
-                a = engine_attention
-                kind = PagedDecodeAttention if slicing is None else \
-                    type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}})
-                setattr(fast, name, kind(a.max_batch, a.heads, a.kv_heads, a.head_dim, a.context, a.block_size,
-                                         runner.device, pdl=a.pdl))
+                setattr(fast, name, sliced(slicing)(a.max_batch, a.heads, a.kv_heads, a.head_dim, a.context,
+                                                    a.block_size, runner.device, pdl=a.pdl))
                 fast.graphs[bucket] = _Graph(lambda: fast.decode_step(bucket), fast.mode == "graph")
-                run_sweep(runner, [Shape("b", tuple((context, 1) for _ in range(b)))], repeats=2, run_id="fill")
+                fill(runner, b, context, repeats=2)
                 row[label] = per_call_us(fast.graphs[bucket])
         finally:
             setattr(fast, name, engine_attention)
