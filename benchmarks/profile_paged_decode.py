@@ -14,7 +14,8 @@ it wants (the target "decode batch 64 <= 2.2 ms at p256" of the continuous engin
 4. Attention alone: the paged decode-attention kernel over the 28 layers' caches, replayed as a
    CUDA graph, under several slicings (slices a sequence, fewest positions a slice) and tile
    widths, against the dense kernel the static `batched` engine runs, at `--attention-batches`.
-5. The whole decode graph under some of those slicings, at the `--against-static` batches.
+5. The whole decode graph under other slicings (`--slicings`), at the `--against-static` batches
+   and `--slicing-contexts`.
 
     python benchmarks/profile_paged_decode.py [--batches 32,56,64,72,128] [--json OUT.json]
 """
@@ -206,37 +207,42 @@ def attention_at(model, cache: PagedKVCache, batch: int) -> list[dict]:
     return rows
 
 
-GRAPH_SLICINGS = (("engine", None), ("16 slices", (16, 128)), ("4 slices", (4, 128)), ("one slice", (1, 128)))
+GRAPH_SLICINGS = "16x128,4x128,1x128"
 
 
-def graph_slicings(runner: ModelRunner, batches: list[int], context: int = 384) -> dict:
-    """Per batch: the continuous engine's decode graph alone (us a replay), recaptured with its
-    attention cutting a context into at most 64 (the engine's rule below batch 128), 16, 4 slices
-    or one. A slice fewer launches fewer programs that exit at once: whether that matters inside
-    a graph of kernels chained by programmatic dependent launch, which a kernel timed alone does
-    not show."""
+def graph_slicings(runner: ModelRunner, batches: list[int], contexts: list[int], slicings: list[tuple[int, int]]) -> list:
+    """Per batch and context: the continuous engine's decode graph alone (us a replay), recaptured
+    with its attention's slicing (at most so many slices a context, none shorter than so many
+    positions) set to each of `slicings` beside the engine's rule. Fewer slices launch fewer
+    programs that exit at once on short contexts, and fewer to read long ones: what that costs
+    inside a graph of kernels chained by programmatic dependent launch, which a kernel timed
+    alone does not show."""
     from engine.cuda_graphs import _Graph
     fast = runner.fast
-    out = {}
-    print(f"\ncontinuous decode graph at {context + 1} cached positions by slicing, us a replay:")
+    rows = []
+    variants = [("engine", None)] + [(f"{n}x{m}", (n, m)) for n, m in slicings]
+    print("\ncontinuous decode graph by slicing (slices x fewest positions a slice), us a replay:")
+    print(f"  {'batch':>5} {'cached':>7} " + "".join(f"{label:>10}" for label, _ in variants))
     for b in batches:
         name = "attention_b1" if b == 1 else "attention_small" if fast.fast.uses_small(b) else "attention"
         engine_attention, bucket = getattr(fast, name), fast.bucket(b)
         engine_graph = fast.graphs[bucket]
-        a, row = engine_attention, {}
+        a = engine_attention
         try:
-            for label, slicing in GRAPH_SLICINGS:
-                setattr(fast, name, sliced(slicing)(a.max_batch, a.heads, a.kv_heads, a.head_dim, a.context,
-                                                    a.block_size, runner.device, pdl=a.pdl))
-                fast.graphs[bucket] = _Graph(lambda: fast.decode_step(bucket), fast.mode == "graph")
-                fill(runner, b, context, repeats=2)
-                row[label] = per_call_us(fast.graphs[bucket])
+            for context in contexts:
+                row = {"batch": b, "cached": context + 1}
+                for label, slicing in variants:
+                    setattr(fast, name, sliced(slicing)(a.max_batch, a.heads, a.kv_heads, a.head_dim, a.context,
+                                                        a.block_size, runner.device, pdl=a.pdl))
+                    fast.graphs[bucket] = _Graph(lambda: fast.decode_step(bucket), fast.mode == "graph")
+                    fill(runner, b, context, repeats=2)
+                    row[label] = per_call_us(fast.graphs[bucket], calls=60, rounds=5)
+                rows.append(row)
+                print(f"  {b:>5} {context + 1:>7} " + "".join(f"{row[label]:10.1f}" for label, _ in variants), flush=True)
         finally:
             setattr(fast, name, engine_attention)
             fast.graphs[bucket] = engine_graph
-        out[b] = row
-        print(f"  batch {b}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
-    return out
+    return rows
 
 
 def main() -> None:
@@ -245,6 +251,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--against-static", default="1,8,64", help="batches of part 2 (empty: none)")
     ap.add_argument("--attention-batches", default="64", help="batches of part 4")
+    ap.add_argument("--slicing-contexts", default="384", help="cached positions (less the new token) of part 5")
+    ap.add_argument("--slicings", default=GRAPH_SLICINGS,
+                    help="part 5's slicings beside the engine's: SLICESxFEWEST, comma-separated")
+    ap.add_argument("--parts", default="1,2,3,4,5", help="which parts to run")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -252,16 +262,22 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     static_batches = [int(b) for b in args.against_static.split(",") if b.strip()]
     attention_batches = [int(b) for b in args.attention_batches.split(",") if b.strip()]
+    slicing_contexts = [int(c) for c in args.slicing_contexts.split(",")]
+    slicings = [tuple(int(v) for v in s.split("x")) for s in args.slicings.split(",") if s.strip()]
+    parts = {int(p) for p in args.parts.split(",")}
     model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
-    blocks = max(batches) * 40 + 64
+    blocks = max(max(batches) * 40, max(static_batches, default=1) * -(-(max(slicing_contexts) + 2) // 16)) + 64
     cache = PagedKVCache(model.config, blocks, 16, torch.float16, "cuda")
     runner = ModelRunner(model, cache, max(256, max(batches)), "triton", graphs=True)
     result = {"measured_on": measured_on()}
-    for name, part in (("passes_ms", lambda: pass_times(runner, batches, args.repeats)),
-                       ("against_static_us", lambda: against_static(runner, model, static_batches)),
-                       ("breakdown_ms", lambda: breakdown(runner, 64, 384)),
-                       ("attention", lambda: attention_variants(model, cache, attention_batches)),
-                       ("graph_slicings_us", lambda: graph_slicings(runner, static_batches))):
+    for number, (name, part) in enumerate((
+            ("passes_ms", lambda: pass_times(runner, batches, args.repeats)),
+            ("against_static_us", lambda: against_static(runner, model, static_batches)),
+            ("breakdown_ms", lambda: breakdown(runner, 64, 384)),
+            ("attention", lambda: attention_variants(model, cache, attention_batches)),
+            ("graph_slicings_us", lambda: graph_slicings(runner, static_batches, slicing_contexts, slicings))), 1):
+        if number not in parts:
+            continue
         try:
             result[name] = part()
         except Exception as e:  # report and go on: one failing part should not hide the others
