@@ -73,7 +73,7 @@ def sliced(slicing: tuple[int, int] | None) -> type:
     set to `slicing`; None: the engine's rule."""
     if slicing is None:
         return PagedDecodeAttention
-    return type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}})
+    return type("Sliced", (PagedDecodeAttention,), {"SLICES": {False: slicing, True: slicing}, "PROGRAMS": None})
 
 
 def per_call_us(fn, calls: int = 150, rounds: int = 6, reset=None) -> float:
@@ -207,7 +207,7 @@ def attention_at(model, cache: PagedKVCache, batch: int) -> list[dict]:
     return rows
 
 
-GRAPH_SLICINGS = "16x128,4x128,1x128"
+GRAPH_SLICINGS = "64x128,16x128,4x128"  # 64x128: the rule before 2026-12-04
 
 
 def graph_slicings(runner: ModelRunner, batches: list[int], contexts: list[int], slicings: list[tuple[int, int]]) -> list:

@@ -514,9 +514,9 @@ def calibration_name(text: str) -> str:
 
 def engine_slicing() -> dict:
     """How the engine's decode attention slices contexts (for a sweep that did not record it)."""
-    from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
+    from engine.kernels.tiles import DECODE_PROGRAMS, DECODE_SLICES, FILLS_GPU
     return {"kv_heads": 2, "fills_gpu": FILLS_GPU, "block_n": 64, "small": list(DECODE_SLICES[False]),
-            "big": list(DECODE_SLICES[True])}
+            "big": list(DECODE_SLICES[True]), "programs": DECODE_PROGRAMS}
 
 
 SWEEP_FIELDS = ("run_id", "engine", "model", "gpu", "dtype", "git_commit", "torch", "block_size", "graph_buckets")

@@ -157,7 +157,7 @@ class Design:
             row.update(regime=("decode1", "decode", "prefill").index(r), graph=-1, seqs=S, seconds=p.duration_s,
                        kv=sum(ctx) + sum(n))
             if r == "decode1":
-                _, _, live, blk = model.slice_of(ctx[0] + 1, model.kv_heads >= model.fills_gpu)
+                _, _, live, blk = model.slice_of(ctx[0] + 1, 1)
                 row.update(crit=blk * model.block_n, merges=live)
             elif r == "decode":
                 B, big, *shape = model.decode_shape(S, sum(ctx), max(ctx))

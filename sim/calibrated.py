@@ -26,7 +26,9 @@ token bucket pays for launching its kernels one by one.
 Decode attention's slices. The kernel's grid is (B, kv_heads, slices): every program takes one
 slice of one sequence's context for one KV head; slices past a context's end exit at once (their
 cost is the graph's). By the padded batch B the graph was captured at (what the engine
-launches), `slicing[B * kv_heads >= fills_gpu]` gives (slices, shortest), and a context of L
+launches), `core.slicing.decode_slicing(B * kv_heads, small, big, fills_gpu, programs)` gives
+(slices, shortest) (`slicing_at`; "programs" is optional: files before it gave every batch under
+`fills_gpu` pairs the small slicing's slices), and a context of L
 positions (the new token's included) is cut into slices of sl(L) = max(ceil(ceil(L / slices) /
 block_n) * block_n, shortest) positions (`slice_of`). The engine walks whole slices and whole
 blocks; the model takes their counts as expected over a context's offset into its last slice or
@@ -134,6 +136,7 @@ import numpy as np
 from core.config import ModelConfig
 from core.records import pass_kind
 from core.roofline import GIB, GPUSpec
+from core.slicing import decode_slicing
 from sim.heat import Heat
 from sim.host import HostTime
 from sim.noise import Noise
@@ -196,6 +199,7 @@ class CalibratedCost:
                                                        for k in ("kv_heads", "fills_gpu", "block_n"))
         self.slicing = {big: self._slicing(a[part], f"decode_attention.{part}")
                         for big, part in ((False, "small"), (True, "big"))}
+        self.programs = None if a.get("programs") is None else self._whole(a["programs"], "decode_attention.programs")
         self.tile_tokens = self._whole(d["chunk_attention"]["tile_tokens"], "chunk_attention.tile_tokens")
         w = d["waves"]
         self.sms, per_decode, per_prefill = (self._whole(w[k], f"waves.{k}") for k in WAVES)
@@ -276,32 +280,37 @@ class CalibratedCost:
 
     # ------------------------------------------------------------------ the terms
 
-    def slice_of(self, length: int, big: bool) -> tuple[int, float, float, float]:
+    def slicing_at(self, B: int) -> tuple[int, int]:
+        """(slices, shortest) of a decode launch at padded batch B (the module docstring)."""
+        return decode_slicing(B * self.kv_heads, self.slicing[False], self.slicing[True], self.fills_gpu,
+                              self.programs)
+
+    def slice_of(self, length: int, B: int) -> tuple[int, float, float, float]:
         """(positions a slice sl, full slices' worth of work, live slices, blocks a full slice
         walks) of a context of `length` positions: work = max(1, length / sl), live = max(1,
         length / sl + 1/2) and blocks = min(sl, length + block_n / 2) / block_n, the whole slices
         and blocks the engine walks (ceil) as expected over the context's offsets (module docstring)."""
-        sl, bn = self._slice_len(length, big), self.block_n
+        sl, bn = self._slice_len(length, B), self.block_n
         return sl, max(1.0, length / sl), max(1.0, length / sl + 0.5), min(sl, length + bn / 2) / bn
 
-    def _slice_len(self, length: int, big: bool) -> int:
-        """Positions a slice of a context of `length` positions: its share of the slicing's slices,
-        in whole blocks, at least the shortest slice."""
-        slices, shortest = self.slicing[big]
+    def _slice_len(self, length: int, B: int) -> int:
+        """Positions a slice of a context of `length` positions at padded batch B: its share of the
+        slicing's slices, in whole blocks, at least the shortest slice."""
+        slices, shortest = self.slicing_at(B)
         bn = self.block_n
         return max(-(-(-(-length // slices)) // bn) * bn, shortest)
 
-    def slice_lens(self, lengths: np.ndarray, big: bool) -> np.ndarray:
+    def slice_lens(self, lengths: np.ndarray, B: int) -> np.ndarray:
         """`slice_of`'s positions a slice, for an array of context lengths at once."""
-        slices, shortest = self.slicing[big]
+        slices, shortest = self.slicing_at(B)
         bn = self.block_n
         return np.maximum(-(-(-(-lengths // slices)) // bn) * bn, shortest)
 
-    def _region_end(self, length: int, big: bool) -> int:
+    def _region_end(self, length: int, B: int) -> int:
         """Passes from a context of `length` positions (one longer each pass) to the next kink of
         `slice_of` (live slices grow from sl / 2, work from sl, blocks stop at sl - block_n / 2) or
         step (the slice length grows past slices * sl positions)."""
-        return _region_end(length, self._slice_len(length, big), self.slicing[big][0], self.block_n)
+        return _region_end(length, self._slice_len(length, B), self.slicing_at(B)[0], self.block_n)
 
     def decode_shape(self, S: int, context_sum: int, context_max: int) -> tuple:
         """A decode pass's attention, as the module docstring says: (padded batch B, big, programs P
@@ -310,14 +319,14 @@ class CalibratedCost:
         B = bucket(S, self.buckets)
         big = B * self.kv_heads >= self.fills_gpu
         mean, longest = -(-context_sum // S) + 1, context_max + 1
-        _, work, live_b, blk = self.slice_of(mean, big)
-        _, _, live_m, crit = self.slice_of(longest, big)
+        _, work, live_b, blk = self.slice_of(mean, B)
+        _, _, live_m, crit = self.slice_of(longest, B)
         return B, big, self.kv_heads * S * work, blk, crit, live_m, self.spread_rows(B) * (live_m - live_b)
 
     def spread_slices(self, S: int, context_sum: int, context_max: int) -> float:
         """live(Lm) - live(Lbar) of a decode pass (`decode_shape`): the spread term's slices."""
-        big = self.fills(S)
-        return self.slice_of(context_max + 1, big)[2] - self.slice_of(-(-context_sum // S) + 1, big)[2]
+        B = bucket(S, self.buckets)
+        return self.slice_of(context_max + 1, B)[2] - self.slice_of(-(-context_sum // S) + 1, B)[2]
 
     def spread_rows(self, B: int) -> float:
         """The rows of a decode grid of padded batch B whose slices delay the longest sequence's last
@@ -447,7 +456,8 @@ class CalibratedCost:
         """The programs of a decode pass that fills the GPU, in launch order as runs of (blocks, how
         many) (`sim.schedule.program_runs`, the big slicing's slices)."""
         lengths = np.asarray(context_lens, dtype=np.int64) + 1
-        return program_runs(lengths, self.slice_lens(lengths, True), self.block_n, self.kv_heads)
+        return program_runs(lengths, self.slice_lens(lengths, bucket(len(lengths), self.buckets)), self.block_n,
+                            self.kv_heads)
 
     def scheduled_time(self, runs: Sequence[tuple[int, int]], rates: dict) -> float:
         """Seconds the programs `runs` take at the schedule's `rates` (kv_gbs, block_s, start_s),
@@ -465,7 +475,7 @@ class CalibratedCost:
 
     def _decode1(self, length: int) -> float:
         p = self.p1
-        _, _, live, blk = self.slice_of(length, self.kv_heads >= self.fills_gpu)
+        _, _, live, blk = self.slice_of(length, 1)
         return p["fixed_s"] + blk * self.block_n * p["serial_s_per_token"] + live * p["merge_s"]
 
     def _decode(self, S: int, context_sum: int, context_max: int) -> float:
@@ -491,14 +501,14 @@ class CalibratedCost:
         self._beyond("context", (context_max if context_max is not None else context_sum // S) + 1)
         if S == 1:  # linear in its region
             L = (context_max if context_max is not None else context_sum) + 1
-            valid = self._region_end(L, self.kv_heads >= self.fills_gpu)
+            valid = self._region_end(L, 1)
             a = self._decode1(L)
             return a, self._decode1(L + 1) - a, max(1, min(valid, LINE_MAX))
         longest = context_max if context_max is not None else context_sum // S
         B = bucket(S, self.buckets)
         big = B * self.kv_heads >= self.fills_gpu
         mean, L = -(-context_sum // S) + 1, longest + 1
-        slices, shortest = self.slicing[big]
+        slices, shortest = self.slicing_at(B)
         bn = self.block_n
         sl = max(-(-(-(-mean // slices)) // bn) * bn, shortest)
         slm = max(-(-(-(-L // slices)) // bn) * bn, shortest)

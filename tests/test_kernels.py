@@ -193,10 +193,11 @@ def test_paged_decode_attention_slices_long_contexts_in_a_batch_that_fills_the_g
 
 def test_paged_decode_attention_sizes_its_scratch_for_every_batch_up_to_the_largest():
     """The slices follow the launched batch (16 of each sequence's own context when the batch is
-    small, one when it fills the GPU); the partials fit the largest batch that still slices."""
+    small, fewer past 32 (sequence, KV head) pairs so that a launch keeps to 512 programs, and
+    slices of 1,024 positions when it fills the GPU); the partials fit the batch that needs most."""
     attn = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu")
-    assert attn.slices_for(1) == 32 and attn.slices_for(127) == 32 and attn.slices_for(128) == 4  # 4096/128, 4096/1024
-    assert attn.m.numel() == max(127 * 32, 128 * 4) * 12  # the most partials of any batch that slices
+    assert [attn.slices_for(b) for b in (1, 16, 17, 64, 127, 128)] == [16, 16, 15, 4, 2, 4]  # 4096/1024 at 128
+    assert attn.m.numel() == 128 * 4 * 12  # the most partials of any batch that slices: 128 x 4
     fixed = PagedDecodeAttention(128, 12, 2, 128, 4096, 16, "cpu", split=256)
     assert fixed.slices_for(1) == 4096 // 256 and fixed.split_for(1) == 256
 

@@ -69,6 +69,13 @@ def test_the_triton_free_rules_match_the_kernels():
     from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU, chunk_tile
 
     assert PagedDecodeAttention.SLICES == DECODE_SLICES and PagedDecodeAttention.FILLS_GPU == FILLS_GPU
+    from sim.calibrated import CalibratedCost
+    from test_sim_cost import calibration
+    for kv_heads in (2, 8):  # the simulator slices as the kernel launches, from the slicing it records
+        attn = PagedDecodeAttention(512, 4 * kv_heads, kv_heads, 64, 1 << 20, 16, "cpu")
+        cost = CalibratedCost(calibration(decode_attention=attn.slicing()))
+        for b in range(1, 513):
+            assert cost.slicing_at(b) == (attn.slices_for(b), attn.slice_min(b)), (kv_heads, b)
     for group in (1, 6, 7):
         for q in (0, 1, 2, 3, 17, 100):
             assert chunk_tile(group, q) == min(128, max(16, triton.next_power_of_2(q * group)))

@@ -62,6 +62,8 @@ def test_roofline_decode_is_memory_bound_and_a_long_prefill_compute_bound():
     CalibratedCost(with_spread(calibration())),
     CalibratedCost(with_spread(calibration(decode_attention={"kv_heads": 2, "fills_gpu": 64, "block_n": 16,
                                                              "small": [8, 32], "big": [4, 256]}), start=0)),
+    CalibratedCost(with_spread(calibration(decode_attention={"kv_heads": 2, "fills_gpu": 128, "block_n": 16,
+                                                             "small": [16, 32], "big": [4, 256], "programs": 64}))),
     ConstantCost(0.01), TableCost({1: 0.001, 64: 0.002, 256: 0.004}),
 ])
 def test_the_decode_line_is_the_pass_time_of_every_pass_it_covers(cost):
@@ -309,3 +311,19 @@ def test_the_committed_calibrations_decode_lines_hold_at_their_last_pass():
         for j in {0, 1, valid - 1}:
             assert a + slope * j == pytest.approx(cost.pass_time([1] * b, [c + j for c in ctx]), rel=1e-5), (b, total,
                                                                                                            longest, j)
+
+
+def test_a_decode_launch_keeps_to_the_files_programs_below_the_batches_that_fill_the_gpu():
+    """`programs`: a batch under `fills_gpu` pairs gets the small slicing's slices, fewer once its
+    pairs times them pass that many (the engine's rule, core.slicing); a file without it gives
+    every such batch the small slicing's slices, as the engine did before."""
+    attention = {"kv_heads": 2, "fills_gpu": 256, "block_n": 64, "small": [16, 128], "big": [16, 1024]}
+    cost = CalibratedCost(calibration(decode_attention=dict(attention, programs=512)))
+    old = CalibratedCost(calibration(decode_attention=attention))
+    assert [cost.slicing_at(B)[0] for B in (1, 16, 17, 32, 64, 127, 128)] == [16, 16, 15, 8, 4, 2, 16]
+    assert {old.slicing_at(B) for B in (1, 16, 64, 127)} == {(16, 128)} and old.slicing_at(128) == (16, 1024)
+    # a context of 4,097 positions at batch 64: 4 slices of 1,088 against 16 of 320
+    assert cost.slice_of(4097, 64)[0] == 1088 and old.slice_of(4097, 64)[0] == 320
+    assert cost.pass_time([1] * 64, [4096] * 64) != old.pass_time([1] * 64, [4096] * 64)
+    with pytest.raises(ValueError, match="decode_attention.programs"):
+        CalibratedCost(calibration(decode_attention=dict(attention, programs=0)))

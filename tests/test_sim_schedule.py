@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from sim.calibrated import bucket
 from sim.cost import CalibratedCost
 from sim.schedule import makespan, program_runs
 from test_sim_cost import calibration
@@ -82,8 +83,8 @@ def test_program_runs_are_the_programs_in_launch_order():
         lengths = rng.integers(1, 20000, int(rng.integers(1, 300)))
         if rng.random() < 0.3:
             lengths[:] = lengths[0] + rng.integers(0, 3, len(lengths))  # long runs of equal programs
-        sl = cost.slice_lens(lengths, True)
-        assert sl.tolist() == [cost.slice_of(int(n), True)[0] for n in lengths]
+        sl = cost.slice_lens(lengths, bucket(len(lengths), cost.buckets))
+        assert sl.tolist() == [cost.slice_of(int(n), bucket(len(lengths), cost.buckets))[0] for n in lengths]
         runs = program_runs(lengths, sl, cost.block_n, cost.kv_heads)
         merged = []  # (runs end where a head's row ends; merging them again gives the flat order's runs)
         for b, c in runs:
@@ -106,7 +107,7 @@ def test_a_schedule_prices_full_batches_by_their_programs_and_leaves_small_ones_
     cost, plain = scheduled(), CalibratedCost(calibration(graph_buckets=[1, 2, 4, 8, 16, 24, 32, 64]))
     ctx = [100] * 60 + [5000] * 4  # 64 sequences: fills the GPU (fills_gpu 128, 2 KV heads)
     lengths = np.array(ctx) + 1
-    runs = program_runs(lengths, cost.slice_lens(lengths, True), cost.block_n, cost.kv_heads)
+    runs = program_runs(lengths, cost.slice_lens(lengths, bucket(len(lengths), cost.buckets)), cost.block_n, cost.kv_heads)
     attention = makespan(runs, 4500e9 / cost.block_bytes, 6e-5, 4e-5, cost.decode_wave)
     assert cost.pass_time([1] * 64, ctx) == pytest.approx(cost.graph_time(64) + attention, rel=1e-12)
     assert cost.decode_line(64, sum(ctx), max(ctx)) is None  # stepped pass by pass

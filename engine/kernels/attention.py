@@ -23,7 +23,8 @@ import triton.language as tl
 
 from engine.kernels.one_variant import one_variant
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.tiles import DECODE_SLICES, FILLS_GPU
+from core.slicing import decode_slicing
+from engine.kernels.tiles import DECODE_PROGRAMS, DECODE_SLICES, FILLS_GPU
 
 
 # An attention object for up to this many (sequence, KV head) pairs reads each tile's block-table
@@ -218,21 +219,27 @@ class DecodeAttention(_SplitK):
 class PagedDecodeAttention(_SplitK):
     """Decode attention over a paged cache, for any batch up to `max_batch` and contexts up to
     `max_len` positions. By default a launch cuts each sequence's own context into slices
-    (whole blocks): while batch * kv_heads is too small to fill the GPU (under 256), up to 64 slices of at
-    least 128 positions; beyond, up to 16 of at least 1,024, so that one long context in a big
-    batch is not the whole pass's critical path. A graph captured for the longest context
-    launches slices that exit at once for short ones, cheaply, in parallel. `split` fixes the
+    (whole blocks): while batch * kv_heads is too small to fill the GPU (under 256), up to 16 slices of at
+    least 128 positions, fewer past 32 pairs so that a launch keeps to about 512 programs;
+    beyond, up to 16 of at least 1,024, so that one long context in a big batch is not the whole
+    pass's critical path (`core.slicing.decode_slicing`). A graph captured for the longest
+    context launches slices that exit at once for short ones. `split` fixes the
     positions a slice instead (over `max_len`, as DecodeAttention). The scratch is sized in
     `__init__` for the most partials any batch up to `max_batch` needs, so one object serves
     graphs captured at several batch sizes."""
 
     SLICES = DECODE_SLICES  # engine.kernels.tiles: the rule, and why
     FILLS_GPU = FILLS_GPU
+    PROGRAMS = DECODE_PROGRAMS  # None: every batch below FILLS_GPU pairs gets SLICES[False]
 
     def slicing(self) -> dict:
         """How contexts are sliced, for the cost model (`sim.calibrated`)."""
         return {"kv_heads": self.kv_heads, "fills_gpu": self.FILLS_GPU, "block_n": self.block_n,
-                "small": list(self.SLICES[False]), "big": list(self.SLICES[True])}
+                "small": list(self.SLICES[False]), "big": list(self.SLICES[True]), "programs": self.PROGRAMS}
+
+    def _rule(self, batch: int) -> tuple[int, int]:
+        return decode_slicing(batch * self.kv_heads, self.SLICES[False], self.SLICES[True], self.FILLS_GPU,
+                              self.PROGRAMS)
 
     def __init__(self, max_batch: int, heads: int, kv_heads: int, head_dim: int, max_len: int, block_size: int,
                  device: torch.device | str, split: int | None = None, block_n: int = 64, pdl: bool = False):
@@ -256,11 +263,11 @@ class PagedDecodeAttention(_SplitK):
         """The most slices a sequence's context is cut into when `batch` sequences are launched."""
         if self.fixed_split is not None:
             return triton.cdiv(self.context, self.fixed_split)
-        slices, shortest = self.SLICES[batch * self.kv_heads >= self.FILLS_GPU]
+        slices, shortest = self._rule(batch)
         return max(1, min(slices, triton.cdiv(self.context, shortest)))
 
     def slice_min(self, batch: int) -> int:
-        return self.SLICES[batch * self.kv_heads >= self.FILLS_GPU][1]
+        return self._rule(batch)[1]
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, batch: int | None = None) -> torch.Tensor:
