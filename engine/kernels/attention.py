@@ -71,14 +71,15 @@ def _softmax_step(s, v, m_i, l_i, acc, EXP2: tl.constexpr):
     return m_new, l_i, acc
 
 
-@one_variant(ints=("bt_stride",), pointers=("Lens", "BT"))
+@one_variant(ints=("bt_stride", "SPLITS", "SLICE_MIN"), pointers=("Lens", "BT"))
 def _decode_attention_kernel(Q, KC, VC, Lens, BT, Acc, M, L, Tickets, Out, scale, kv_stride_b, kv_stride_h,
-                             kv_stride_s, bt_stride,
-                             SPLIT: tl.constexpr, SPLITS: tl.constexpr, GROUP: tl.constexpr,
+                             kv_stride_s, bt_stride, SPLITS, SLICE_MIN,
+                             SPLIT: tl.constexpr, GROUP: tl.constexpr,
                              GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                             DYNAMIC: tl.constexpr, SLICE_MIN: tl.constexpr, PDL: tl.constexpr,
-                             AHEAD: tl.constexpr):
+                             DYNAMIC: tl.constexpr, PDL: tl.constexpr, AHEAD: tl.constexpr):
+    # (SPLITS and SLICE_MIN are arguments, not compile-time constants: the slices follow the
+    # launched batch, and a kernel launched outside a graph must not compile a variant a batch)
     pdl_wait(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -185,9 +186,9 @@ class _SplitK:
             strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), block_tables.stride(0))
         _decode_attention_kernel[(batch, self.kv_heads, splits)](
             q, k_cache, v_cache, lens, bt, self.acc, self.m, self.l, self.tickets, out, self.head_dim ** -0.5,
-            *strides, SPLIT=0 if dynamic else split, SPLITS=splits, GROUP=self.group,
+            *strides, splits, slice_min, SPLIT=0 if dynamic else split, GROUP=self.group,
             GROUP_PAD=max(16, triton.next_power_of_2(self.group)), KV_HEADS=self.kv_heads, D=self.head_dim,
-            BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, SLICE_MIN=slice_min, **paged,
+            BLOCK_N=self.block_n if dynamic else min(self.block_n, split), DYNAMIC=dynamic, **paged,
             AHEAD=self.ahead, **pdl_launch(self.pdl))
         return out
 
