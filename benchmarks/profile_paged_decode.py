@@ -255,6 +255,7 @@ def main() -> None:
     ap.add_argument("--slicings", default=GRAPH_SLICINGS,
                     help="part 5's slicings beside the engine's: SLICESxFEWEST, comma-separated")
     ap.add_argument("--parts", default="1,2,3,4,5", help="which parts to run")
+    ap.add_argument("--model", default="qwen2.5-1.5b", help="a preset or a config.json (random weights)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -265,11 +266,11 @@ def main() -> None:
     slicing_contexts = [int(c) for c in args.slicing_contexts.split(",")]
     slicings = [tuple(int(v) for v in s.split("x")) for s in args.slicings.split(",") if s.strip()]
     parts = {int(p) for p in args.parts.split(",")}
-    model = build_random("qwen2.5-1.5b", dtype="float16", device="cuda")
+    model = build_random(args.model, dtype="float16", device="cuda")
     blocks = max(max(batches) * 40, max(static_batches, default=1) * -(-(max(slicing_contexts) + 2) // 16)) + 64
     cache = PagedKVCache(model.config, blocks, 16, torch.float16, "cuda")
     runner = ModelRunner(model, cache, max(256, max(batches)), "triton", graphs=True)
-    result = {"measured_on": measured_on()}
+    result = {"measured_on": measured_on(), "model": args.model}
     for number, (name, part) in enumerate((
             ("passes_ms", lambda: pass_times(runner, batches, args.repeats)),
             ("against_static_us", lambda: against_static(runner, model, static_batches)),
