@@ -38,7 +38,7 @@ def test_the_batch_curve_is_the_median_of_the_runs(groups):
     drawn = [row for rows in chart["datasets"].values() for row in rows if "tok_s" in row and "runs" in row]
     b256 = next(r for r in drawn if r["batch"] == 256 and r["engine"].startswith("batched"))
     runs = groups["NVIDIA H200"][("batched", "graph", "p256", 256)]
-    assert round(b256["tok_s"]) == 82043  # the table's figure
+    assert round(b256["tok_s"]) == 81980  # the table's figure
     assert b256["low"] == min(256e3 / r["mean_itl_ms"] for r in runs) and b256["runs"] == len(runs)
     for engine in ("batched", "continuous"):  # one line an engine, whichever batches' graphs use PDL
         assert len({r["engine"] for r in drawn if r["engine"].startswith(engine)}) == 1
