@@ -30,7 +30,7 @@ import base64
 import html
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -370,10 +370,18 @@ def measured_rows(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> 
     return engine_runs(results) + repeat_rows(results, repeats)
 
 
+def _setup(row: dict) -> tuple:
+    """`row`'s SETUP values; a trace served from a file is named by the file's name, not the folder
+    it lay in on the machine that served it."""
+    return tuple(PurePath(v).name if k == "workload" and isinstance(v, str) else row.get(k) for k in SETUP
+                 for v in (row.get(k),))
+
+
 def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:
     """The runs of `repeats` that measured `row`'s setup again (two GPUs measuring side by side
     stamp their runs with one run id: a repeat is told from the run itself by its whole row)."""
-    return [r for r in repeats if r != row and all(r.get(k) == row.get(k) for k in SETUP)]
+    setup = _setup(row)
+    return [r for r in repeats if r != row and _setup(r) == setup]
 
 
 def repeat_spread(row: dict, same: list[dict]) -> dict:

@@ -130,6 +130,11 @@ def test_repeat_spread_is_the_worst_real_against_real_difference(comparison):
     from sim.compare import repeat_spread, repeats_of
     same = repeats_of(row, repeats)
     assert len(same) == 3  # not the other policy's run, not the run itself
+    # a trace served from another folder is the same workload; another trace is not
+    traced = row | {"workload": ".traces/AzureLLMInferenceTrace_conv.csv"}
+    assert repeats_of(traced, [traced | {"workload": "/data/AzureLLMInferenceTrace_conv.csv", "run_id": "x"},
+                               traced | {"workload": ".traces/AzureLLMInferenceTrace_code.csv", "run_id": "y"}]) == \
+        [traced | {"workload": "/data/AzureLLMInferenceTrace_conv.csv", "run_id": "x"}]
     spread = repeat_spread(row, same)
     assert spread["ttft", "p50"] == pytest.approx(0.3)
     assert spread["tpot", "p99"] == 0.0
