@@ -354,7 +354,7 @@ def fit_main(argv: list[str]) -> int:
         spread = NO_SPREAD  # decode attention's spread term: fitted on the mixtures' pairs, if any, below
 
         def fit(qs):
-            params = fit_params(qs, c, shape, spread)
+            params = fit_params(qs, c, shape, spread, prompts_only=args.mixed)
             params = fit_schedule(qs, params, shape) if args.schedule else params
             return fit_mixed(qs, params, shape) if args.mixed else params
 

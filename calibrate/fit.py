@@ -28,12 +28,12 @@ from scipy.optimize import least_squares
 from core.config import ModelConfig
 from core.records import PassRecord
 from sim.calibrated import (DECODE1, DECODE_ATTENTION, FORMAT, MIXED, PREFILL, SCHEDULE, UNITS, CalibratedCost, bucket,
-                            regime)
+                            regime, smoothed)
 from sim.cost import RooflineCost
 
 PRIOR = {"fixed_s": 1e-3, "kv_gbs": 2500.0, "serial_s_per_token": 1e-6, "weight_gbs": 2000.0, "matmul_tflops": 700.0,
          "block_s": 2e-5, "merge_s": 5e-6, "program_s": 1e-8, "per_seq_s": 2e-6, "graph_s": 2e-3,
-         "eager_s": 1e-3, "shared": 0.9, "tail": 0.75}
+         "eager_s": 1e-3, "shared": 0.9, "tail": 0.75, "smooth": 4.0}
 # The waves a kernel's programs run in: the GPU's SMs (a sweep row's "sms" wins; else this table,
 # from the vendors' specs) times the programs of a kernel resident on one SM at once (decode
 # attention: 4, its registers and shared memory allow; chunk attention's 128-row tiles: 1).
@@ -229,7 +229,8 @@ def predict(params: dict, c: dict, f: Design, model: CalibratedCost) -> np.ndarr
         attention = np.maximum(f.crit[sel] * pp["block_s"] + pp["program_s"],
                                waves * np.where(waves > 1, pp["shared"], 1.0) * (f.blocks[sel] / P * pp["block_s"]
                                                                                  + pp["program_s"]))
-        out[sel] = (pp["fixed_s"] + np.maximum(weights, projections) + attention + f.seqs[sel] * pp["per_seq_s"]
+        out[sel] = (pp["fixed_s"] + smoothed(weights, projections, pp.get("smooth", 0.0)) + attention
+                    + f.seqs[sel] * pp["per_seq_s"]
                     + f.eager[sel] * pp["eager_s"])
     return out
 
@@ -256,17 +257,23 @@ def check_coverage(passes: list[PassRecord]) -> None:
             raise ValueError(f"the {r} regime's terms cannot be told apart: the passes lack {need}")
 
 
-def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost, spread: tuple = NO_SPREAD) -> dict:
+def fit_params(passes: list[PassRecord], c: dict, model: CalibratedCost, spread: tuple = NO_SPREAD,
+               prompts_only: bool = False) -> dict:
     """The parameters minimising the passes' relative error, robustly (soft_l1: a repeat far off
     its shape's others pulls less than its square), regime by regime (they share no parameter,
     so each gets its own best of a few starts); decode attention's spread term is `spread`'s
-    (`unpack`), fitted apart (`calibrate.mixtures.fit_spread`)."""
+    (`unpack`), fitted apart (`calibrate.mixtures.fit_spread`). `prompts_only`: the prefill
+    regime's waves fitted on the passes of prompt tokens alone, not on mixed passes (for a
+    calibration whose mixed passes have a form of their own, `fit_mixed`: the waves then price
+    none of the sweep's mixed passes, and a decode row's tile, which walks its whole context,
+    would only bend them)."""
     check_coverage(passes)
     f = Design.of(passes, model)
     owner = np.array([r for r, _ in layout(f.buckets)])
     theta = initial(f.buckets)
+    mixed = np.array([p.kind == "mixed" for p in passes])
     for r in (0, 1, 2):
-        rows, idx = f.regime == r, owner == r
+        rows, idx = (f.regime == r) & ~(prompts_only & (r == 2) & mixed), owner == r
         part = f.rows(rows)
 
         def residuals(sub, part=part, idx=idx):
@@ -339,6 +346,8 @@ def _show(name: str, v: float) -> str:
         return f"serial {v * 1e9:.2f} ns/position"
     if name == "shared":
         return f"shared {v:.3f} (a wave's time, past the first)"
+    if name == "smooth":
+        return f"smooth {v:.2f} (the k of the weights' and projections' k-norm; 0: their max)"
     if name == "tail":
         return f"tail {v:.3f} (the last wave's reads, of their time at kv)"
     if name in PER:

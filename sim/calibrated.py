@@ -15,6 +15,10 @@ Its time, S sequences, sequence i putting n_i tokens through on top of c_i cache
     decode:   graph_s[B] + decode_attention
     prefill:  fixed_s + max(weights, projections) + chunk_attention + S * per_seq_s (+ eager_s)
 
+(max(weights, projections) is their k-norm, (weights^k + projections^k)^(1/k), where the file's
+`prefill.smooth` = k is above 0, from their sum at k = 1 towards their max as k grows:
+`smoothed`; 0 or absent, the max.)
+
     weights     = weight_bytes / weight_gbs             (the weight read a pass does once)
     projections = M * flops_per_token / matmul_tflops   (M: the tokens, padded to the graph's)
 
@@ -155,10 +159,11 @@ MIN_RATE = 1e-6
 UNITS = {"fixed_s": "s", "graph_s": "s", "eager_s": "s", "per_seq_s": "s", "serial_s_per_token": "s", "block_s": "s",
          "merge_s": "s", "program_s": "s", "spread_s": "s", "weight_gbs": "GB/s", "kv_gbs": "GB/s",
          "matmul_tflops": "TFLOP/s",
-         "shared": "x", "tail": "x"}
+         "shared": "x", "tail": "x", "smooth": "x"}
 DECODE1 = ("fixed_s", "serial_s_per_token", "merge_s")
 DECODE_ATTENTION = ("kv_gbs", "block_s", "merge_s", "program_s", "tail", "spread_s")
-PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s")
+PREFILL = ("fixed_s", "weight_gbs", "matmul_tflops", "eager_s", "block_s", "program_s", "shared", "per_seq_s",
+           "smooth")
 WAVES = ("sms", "decode_programs_per_sm", "prefill_programs_per_sm")
 SCHEDULE = ("kv_gbs", "block_s", "start_s")  # decode attention of batches that fill the GPU, as scheduled
 MIXED = ("fixed_s", "weight_gbs", "matmul_tflops", "per_seq_s", "block_s", "start_s")  # mixed passes, tiles listed
@@ -430,10 +435,11 @@ class CalibratedCost:
 
     def weights_or_projections(self, m: int, rates: dict) -> float:
         """A pass of m tokens' (padded) weight read or its projections' arithmetic, whichever is
-        longer, at `rates`' weight_gbs and matmul_tflops."""
+        longer, at `rates`' weight_gbs and matmul_tflops; with `rates["smooth"]` = k > 0, their
+        k-norm (weights^k + projections^k)^(1/k) instead (`smoothed`)."""
         weights = self._rate(self.weight_bytes, 1.0, rates["weight_gbs"], 1e9)
         projections = self._rate(m, self.flops_per_token, rates["matmul_tflops"], 1e12)
-        return max(weights, projections)
+        return smoothed(weights, projections, rates.get("smooth", 0.0))
 
     def listed(self, m: int, new_tokens: Sequence[int], context_lens: Sequence[int], q: dict) -> float:
         """A pass of m tokens (padded) priced with its chunk attention's tiles list-scheduled
@@ -724,6 +730,25 @@ def check_schema(doc: dict, path) -> None:
 
 class _NotANumber(ValueError):
     """NaN or Infinity in a calibration file (JSON has neither; Python writes them)."""
+
+
+def smoothed(weights, projections, k: float):
+    """The projections' time: the weight read or the arithmetic, whichever is longer (k = 0), or
+    their k-norm (k > 0: near the ridge, where the two are alike, the GEMMs' tiles neither stream
+    the weights at the read rate nor compute at the arithmetic rate; the larger bound still rules
+    far from it). Scalars or numpy arrays."""
+    if not isinstance(weights, np.ndarray) and not isinstance(projections, np.ndarray):  # (the simulator's)
+        top = max(weights, projections)
+        if not k or not top:
+            return top
+        k = max(k, 1.0)
+        return top * ((weights / top) ** k + (projections / top) ** k) ** (1.0 / k)
+    top = np.maximum(weights, projections)
+    if not k:
+        return top
+    k = max(k, 1.0)  # (1: their sum, no overlap at all; a k below counts as 1)
+    safe = np.where(top > 0, top, 1.0)  # (over the larger, so that no power underflows)
+    return top * ((weights / safe) ** k + (projections / safe) ** k) ** (1.0 / k)
 
 
 def _attention(parts: tuple) -> float:

@@ -70,6 +70,21 @@ def test_the_fit_recovers_known_parameters_within_1_percent():
     assert np.allclose(got, [p.duration_s for p in passes], rtol=1e-3)
 
 
+def test_the_fit_recovers_a_smoothed_ridge_between_the_weight_read_and_the_arithmetic():
+    """prefill.smooth = k: a pass's projections take the k-norm of the weight read and the
+    arithmetic, not the larger of them; the fit finds k and the rates beside it."""
+    true = json.loads(json.dumps(TRUE))
+    true["prefill"]["smooth"] = 2.5
+    passes = synthetic_passes(true)
+    params = fit_params(passes, C, SHAPE)
+    for name in ("smooth", "weight_gbs", "matmul_tflops", "fixed_s"):
+        assert params["prefill"][name] == pytest.approx(true["prefill"][name], rel=0.02), name
+    plain = CalibratedCost(BASE | {"parameters": TRUE})
+    smooth = CalibratedCost(BASE | {"parameters": true})
+    ridge = [256], [0]  # near where the weight read and the arithmetic take alike (0.72 and 1.0 ms)
+    assert smooth.pass_time(*ridge) > plain.pass_time(*ridge) * 1.05
+
+
 def test_held_out_shapes_are_whole_groups_and_the_error_table_reads_them():
     passes = synthetic_passes(noise=0.01)
     split = ["held-out" if held_out(group_of(p), BUCKETS) else "fitted" for p in passes]

@@ -1,6 +1,7 @@
 """Step-cost models: the roofline's arithmetic, the calibration file, and the decode line the
 fast-forward relies on."""
 import json
+import math
 import re
 from pathlib import Path
 
@@ -327,3 +328,19 @@ def test_a_decode_launch_keeps_to_the_files_programs_below_the_batches_that_fill
     assert cost.pass_time([1] * 64, [4096] * 64) != old.pass_time([1] * 64, [4096] * 64)
     with pytest.raises(ValueError, match="decode_attention.programs"):
         CalibratedCost(calibration(decode_attention=dict(attention, programs=0)))
+
+
+def test_a_prefill_pass_takes_the_k_norm_of_its_weight_read_and_its_arithmetic():
+    from sim.calibrated import smoothed
+    assert smoothed(3.0, 4.0, 0.0) == 4.0 and smoothed(3.0, 4.0, 1.0) == pytest.approx(7.0)
+    assert smoothed(3.0, 4.0, 2.0) == pytest.approx(5.0) and smoothed(3.0, 4.0, 200.0) == pytest.approx(4.0)
+    assert smoothed(3.0, 4.0, 0.5) == pytest.approx(7.0)  # below 1 counts as 1: never less than no overlap
+    assert np.allclose(smoothed(np.array([3.0, 0.0]), np.array([4.0, 0.0]), 2.0), [5.0, 0.0])
+    d = calibration()
+    d["parameters"]["prefill"]["smooth"] = 2.0
+    plain, smooth = CalibratedCost(calibration()), CalibratedCost(d)
+    weights = MODEL.weight_bytes_read_per_pass() / 4300e9
+    for m in (64, 512, 1024):
+        projections = m * MODEL.flops_per_token(0) / 770e12
+        extra = math.hypot(weights, projections) - max(weights, projections)
+        assert smooth.pass_time([m], [0]) - plain.pass_time([m], [0]) == pytest.approx(extra, rel=1e-9), m
