@@ -21,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
+from core.slicing import decode_slicing
 from engine.kernels.one_variant import one_variant
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from core.slicing import decode_slicing
 from engine.kernels.tiles import DECODE_PROGRAMS, DECODE_SLICES, FILLS_GPU
 
 
