@@ -736,18 +736,13 @@ def smoothed(weights, projections, k: float):
     """The projections' time: the weight read or the arithmetic, whichever is longer (k = 0), or
     their k-norm (k > 0: near the ridge, where the two are alike, the GEMMs' tiles neither stream
     the weights at the read rate nor compute at the arithmetic rate; the larger bound still rules
-    far from it). Scalars or numpy arrays."""
-    if not isinstance(weights, np.ndarray) and not isinstance(projections, np.ndarray):  # (the simulator's)
-        top = max(weights, projections)
-        if not k or not top:
-            return top
-        k = max(k, 1.0)
-        return top * ((weights / top) ** k + (projections / top) ** k) ** (1.0 / k)
-    top = np.maximum(weights, projections)
+    far from it). Scalars (the simulator's, without numpy's cost) or numpy arrays."""
+    array = isinstance(weights, np.ndarray) or isinstance(projections, np.ndarray)
+    top = np.maximum(weights, projections) if array else max(weights, projections)
     if not k:
         return top
     k = max(k, 1.0)  # (1: their sum, no overlap at all; a k below counts as 1)
-    safe = np.where(top > 0, top, 1.0)  # (over the larger, so that no power underflows)
+    safe = np.where(top > 0, top, 1.0) if array else top or 1.0  # (over the larger: no power underflows)
     return top * ((weights / safe) ** k + (projections / safe) ** k) ** (1.0 / k)
 
 

@@ -373,8 +373,9 @@ def measured_rows(results: Path, repeats: tuple[str, ...] = DEFAULT_REPEATS) -> 
 def _setup(row: dict) -> tuple:
     """`row`'s SETUP values; a trace served from a file is named by the file's name, not the folder
     it lay in on the machine that served it."""
-    return tuple(PurePath(v).name if k == "workload" and isinstance(v, str) else row.get(k) for k in SETUP
-                 for v in (row.get(k),))
+    workload = row.get("workload")
+    named = PurePath(workload).name if isinstance(workload, str) else workload
+    return tuple(named if k == "workload" else row.get(k) for k in SETUP)
 
 
 def repeats_of(row: dict, repeats: list[dict]) -> list[dict]:

@@ -83,8 +83,9 @@ def test_program_runs_are_the_programs_in_launch_order():
         lengths = rng.integers(1, 20000, int(rng.integers(1, 300)))
         if rng.random() < 0.3:
             lengths[:] = lengths[0] + rng.integers(0, 3, len(lengths))  # long runs of equal programs
-        sl = cost.slice_lens(lengths, bucket(len(lengths), cost.buckets))
-        assert sl.tolist() == [cost.slice_of(int(n), bucket(len(lengths), cost.buckets))[0] for n in lengths]
+        B = bucket(len(lengths), cost.buckets)
+        sl = cost.slice_lens(lengths, B)
+        assert sl.tolist() == [cost.slice_of(int(n), B)[0] for n in lengths]
         runs = program_runs(lengths, sl, cost.block_n, cost.kv_heads)
         merged = []  # (runs end where a head's row ends; merging them again gives the flat order's runs)
         for b, c in runs:
